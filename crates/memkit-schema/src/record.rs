@@ -1,0 +1,185 @@
+//! Memory records, their dimensions and pointers, and the extractor's JSON output.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use crate::Error;
+
+/// The three memory types of DimMem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryType {
+    /// Stable knowledge, status or relation ("Ann works as a nurse").
+    Fact,
+    /// Something that happened or is planned ("Ann ran a charity race on 2023-05-20").
+    Episodic,
+    /// A long-term preference, habit, trait or belief ("Ann loves hiking").
+    Profile,
+}
+
+impl MemoryType {
+    /// All types, in a fixed order.
+    pub const ALL: [MemoryType; 3] = [MemoryType::Fact, MemoryType::Episodic, MemoryType::Profile];
+
+    /// The lowercase name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryType::Fact => "fact",
+            MemoryType::Episodic => "episodic",
+            MemoryType::Profile => "profile",
+        }
+    }
+}
+
+impl fmt::Display for MemoryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MemoryType {
+    type Err = Error;
+    /// Case-insensitive; accepts the common synonyms models write (`event`, `episode`,
+    /// `preference`, `persona`).
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fact" | "facts" | "factual" => Ok(MemoryType::Fact),
+            "episodic" | "episode" | "event" => Ok(MemoryType::Episodic),
+            "profile" | "preference" | "persona" | "habit" => Ok(MemoryType::Profile),
+            _ => Err(Error::UnknownMemoryType(s.to_string())),
+        }
+    }
+}
+
+/// The dimensions of a record. Empty string (or empty list) when there is no evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Dimensions {
+    /// ISO day `YYYY-MM-DD`, month `YYYY-MM`, year `YYYY`, range `A/B`, or empty.
+    pub time: String,
+    /// Where it happened or holds.
+    pub location: String,
+    /// Cause or trigger.
+    pub reason: String,
+    /// Goal.
+    pub purpose: String,
+    /// Short noun phrases.
+    pub keywords: Vec<String>,
+}
+
+/// Where a record came from: the window, the source message(s), the speaker and the timestamp.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Pointer {
+    /// Window id (see memkit-data's `Window::id`).
+    pub window_id: String,
+    /// Dataset turn ids of the source message(s), e.g. LoCoMo `D3:7`.
+    pub turn_ids: Vec<String>,
+    /// Who said it.
+    pub speaker: String,
+    /// Message timestamp, `YYYY-MM-DDTHH:MM:SS`, or empty when unknown.
+    pub timestamp: String,
+}
+
+/// A memory record `m = <id, content, type, dims, pointer>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    /// Unique within a store.
+    pub id: String,
+    /// One self-contained sentence.
+    pub content: String,
+    /// fact / episodic / profile.
+    #[serde(rename = "type")]
+    pub memory_type: MemoryType,
+    /// Time, location, reason, purpose, keywords.
+    #[serde(default)]
+    pub dims: Dimensions,
+    /// Source window and turn(s).
+    #[serde(default)]
+    pub pointer: Pointer,
+}
+
+/// The `dimension` object of one extractor output record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractedDimension {
+    /// fact / episodic / profile.
+    pub memory_type: MemoryType,
+    /// See [`Dimensions::time`].
+    #[serde(default)]
+    pub time: String,
+    /// See [`Dimensions::location`].
+    #[serde(default)]
+    pub location: String,
+    /// See [`Dimensions::reason`].
+    #[serde(default)]
+    pub reason: String,
+    /// See [`Dimensions::purpose`].
+    #[serde(default)]
+    pub purpose: String,
+    /// See [`Dimensions::keywords`].
+    #[serde(default)]
+    pub keywords: Vec<String>,
+}
+
+/// One record as the extractor writes it; `source_id` is the message number inside the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractedMemory {
+    /// 1-based message number inside the window.
+    pub source_id: u32,
+    /// Speaker of the source message.
+    #[serde(default)]
+    pub source_speaker: String,
+    /// One self-contained sentence.
+    pub content: String,
+    /// Type and dimensions.
+    pub dimension: ExtractedDimension,
+}
+
+/// The whole extractor output: `{"memories": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractorOutput {
+    /// The records, in output order.
+    pub memories: Vec<ExtractedMemory>,
+}
+
+impl ExtractedMemory {
+    /// Turns an extracted record into a stored one, given its id and pointer.
+    pub fn into_record(self, id: String, pointer: Pointer) -> MemoryRecord {
+        let d = self.dimension;
+        MemoryRecord {
+            id,
+            content: self.content,
+            memory_type: d.memory_type,
+            dims: Dimensions { time: d.time, location: d.location, reason: d.reason, purpose: d.purpose, keywords: d.keywords },
+            pointer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_type_parses_synonyms_and_rejects_others() {
+        assert_eq!("Episodic".parse::<MemoryType>(), Ok(MemoryType::Episodic));
+        assert_eq!(" event ".parse::<MemoryType>(), Ok(MemoryType::Episodic));
+        assert_eq!("preference".parse::<MemoryType>(), Ok(MemoryType::Profile));
+        assert!("opinion".parse::<MemoryType>().is_err());
+    }
+
+    #[test]
+    fn record_round_trips_through_json() {
+        let r = MemoryRecord {
+            id: "w0-1".into(),
+            content: "Ann adopted a dog.".into(),
+            memory_type: MemoryType::Episodic,
+            dims: Dimensions { time: "2023-05".into(), keywords: vec!["dog".into()], ..Default::default() },
+            pointer: Pointer { window_id: "conv-26/w0".into(), turn_ids: vec!["D1:3".into()], ..Default::default() },
+        };
+        let s = serde_json::to_string(&r).unwrap();
+        assert!(s.contains("\"type\":\"episodic\""));
+        assert_eq!(serde_json::from_str::<MemoryRecord>(&s).unwrap(), r);
+    }
+}
