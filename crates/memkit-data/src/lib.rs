@@ -1,0 +1,1 @@
+//! Dataset loaders, timestamps and windowing (in progress).

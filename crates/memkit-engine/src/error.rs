@@ -1,0 +1,47 @@
+//! Errors of memkit-engine.
+
+use std::path::PathBuf;
+
+/// What can go wrong in the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The SQLite store failed; the path names the database file.
+    #[error("store {path}: {source}")]
+    Store {
+        /// Database file.
+        path: PathBuf,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer or unknown schema version.
+    #[error("store {path}: schema version {found} is not supported (this build reads version {expected})")]
+    SchemaVersion {
+        /// Database file.
+        path: PathBuf,
+        /// Version found in the file.
+        found: i64,
+        /// Version this build writes.
+        expected: i64,
+    },
+    /// A stored row could not be decoded.
+    #[error("store {path}: row {key}: {message}")]
+    Corrupt {
+        /// Database file.
+        path: PathBuf,
+        /// Which row.
+        key: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The embedder failed.
+    #[error("embedder: {0}")]
+    Embed(String),
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

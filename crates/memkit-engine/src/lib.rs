@@ -1,0 +1,30 @@
+//! The memory engine every extractor plugs into.
+//!
+//! Records ([`memkit_schema::MemoryRecord`]) go into a [`store`]; questions are parsed
+//! ([`query`]) into a [`memkit_schema::ParsedQuery`] and answered by retrieval routes behind one
+//! [`Retriever`] trait: [`bm25`], [`dense`] and [`dimension`] match, combined by [`fusion`]
+//! (DimMem's dedup-concatenation, RRF, weighted) and cut by [`stopping`] (HingeMem's adaptive
+//! stops). [`recall`] attaches the assistant reply behind a record when the query needs it,
+//! [`update`] consolidates new records against old ones dimension by dimension, and [`hinge`]
+//! builds HingeMem's boundary-guided hyperedges and query-adaptive reranking.
+//!
+//! The crate depends on no ML library: the dense route takes any [`dense::Embedder`]
+//! (memkit-infer provides all-MiniLM-L6-v2 in candle).
+
+pub mod bm25;
+pub mod dense;
+pub mod dimension;
+mod error;
+pub mod fusion;
+pub mod hinge;
+pub mod query;
+pub mod recall;
+mod retriever;
+pub mod rule_extractor;
+pub mod stopping;
+pub mod store;
+pub mod text;
+pub mod update;
+
+pub use error::{Error, Result};
+pub use retriever::{Hit, Retriever};

@@ -1,0 +1,1 @@
+//! Metrics, runners and reports (in progress).
