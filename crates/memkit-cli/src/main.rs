@@ -1,1 +1,90 @@
-fn main() {}
+//! `memkit`: structured long-term memory for dialogue agents.
+//!
+//! The binary is the only place that installs a tracing subscriber and draws progress bars;
+//! the libraries emit events and report progress through small traits.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+mod logging;
+mod progress;
+
+/// Structured long-term memory for dialogue agents: distil teacher-labelled memory records,
+/// train a compact extractor, and measure memory quality end to end on LoCoMo and LongMemEval.
+#[derive(Debug, Parser)]
+#[command(name = "memkit", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, clap::Args)]
+struct GlobalArgs {
+    /// Only print warnings and errors (RUST_LOG overrides the filter).
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    /// Print debug events.
+    #[arg(long, short, global = true, conflicts_with = "quiet")]
+    verbose: bool,
+    /// Hide progress bars (also: MEMKIT_NO_PROGRESS=1; bars are hidden when stderr is not a terminal).
+    #[arg(long, global = true, env = "MEMKIT_NO_PROGRESS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    no_progress: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure retrieval and memory quality on LoCoMo / LongMemEval from an eval recipe and write
+    /// a report (report.md, metrics.json, SVG plots) under reports/<name>/.
+    Eval(commands::eval::Args),
+    /// Store records in a memory database (SQLite): from a records JSONL file, or by running the
+    /// rule extractor over dialogues.
+    Ingest(commands::ingest::Args),
+    /// Ask a memory database a question: parse it, retrieve through BM25 + dimension match,
+    /// fuse, stop adaptively, and print the records with their source turns.
+    Query(commands::query::Args),
+    /// Turn dialogues into memory records with an extractor (the rule baseline for now).
+    Extract(commands::extract::Args),
+    /// Label dialogue windows with a teacher model (not built yet).
+    Distill(commands::NotYet),
+    /// Fine-tune a compact extractor on distilled data (not built yet).
+    Train(commands::NotYet),
+    /// Serve a local model over an OpenAI-compatible API (not built yet).
+    Serve(commands::NotYet),
+    /// Fetch and verify the packaged model weights (not built yet).
+    Models(commands::NotYet),
+    /// Bundle a trained checkpoint with its model card (not built yet).
+    Publish(commands::NotYet),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.global.quiet, cli.global.verbose);
+    let progress = progress::Bars::new(!cli.global.no_progress);
+    let result = match cli.command {
+        Command::Eval(args) => commands::eval::run(args, &progress),
+        Command::Ingest(args) => commands::ingest::run(args, &progress),
+        Command::Query(args) => commands::query::run(args),
+        Command::Extract(args) => commands::extract::run(args, &progress),
+        Command::Distill(_) => commands::not_yet("distill", 5),
+        Command::Train(_) => commands::not_yet("train", 6),
+        Command::Serve(_) => commands::not_yet("serve", 4),
+        Command::Models(_) => commands::not_yet("models", 4),
+        Command::Publish(_) => commands::not_yet("publish", 7),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the whole context chain on one line, as ripgrep does.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

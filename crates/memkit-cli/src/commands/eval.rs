@@ -1,0 +1,64 @@
+//! `memkit eval`: run an eval recipe and write its report.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use memkit_eval::recipe::EvalRecipe;
+use memkit_eval::runner::{self, RunOptions};
+
+use crate::progress::{Bars, StageReporter};
+
+/// Run an eval recipe (TOML) and write reports/<name>/{report.md, metrics.json, *.svg}.
+///
+/// Example: memkit eval --recipe recipes/eval/locomo-baselines.toml
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The eval recipe (see recipes/eval/ for examples; unknown keys are errors).
+    #[arg(long, short)]
+    recipe: PathBuf,
+    /// Where the benchmark files live; relative dataset paths in the recipe resolve against it.
+    #[arg(long, env = "MEMKIT_SHARED_DATA", default_value = "../shared/data")]
+    data_dir: PathBuf,
+    /// Where report folders are written.
+    #[arg(long, default_value = "reports")]
+    reports_dir: PathBuf,
+}
+
+pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    let recipe = EvalRecipe::from_file(&args.recipe)?;
+    let command = format!("memkit eval --recipe {}", args.recipe.display());
+    let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder: None };
+    let reporter = StageReporter::new(bars);
+    let report = runner::run(&recipe, &options, &reporter)
+        .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
+    let dir = report.write(&args.reports_dir)?;
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", summary(&report));
+        println!("report: {}", dir.join("report.md").display());
+    }
+    Ok(())
+}
+
+/// A compact table for the terminal: recall per budget and context tokens per query.
+fn summary(report: &memkit_eval::Report) -> String {
+    use std::fmt::Write;
+    let budgets: Vec<&String> = report.systems.first().map(|s| s.evidence_recall_at.keys().collect()).unwrap_or_default();
+    let mut budgets = budgets;
+    budgets.sort_by_key(|b| b.parse::<usize>().unwrap_or(usize::MAX));
+    let width = report.systems.iter().map(|s| s.name.len()).max().unwrap_or(6).max(6);
+    let mut out = String::new();
+    let _ = write!(out, "{:width$}", "system");
+    for b in &budgets {
+        let _ = write!(out, " {:>6}", format!("@{b}"));
+    }
+    let _ = writeln!(out, " {:>9}", "tokens/q");
+    for s in &report.systems {
+        let _ = write!(out, "{:width$}", s.name);
+        for b in &budgets {
+            let _ = write!(out, " {:>6.3}", s.evidence_recall_at.get(*b).copied().unwrap_or(f64::NAN));
+        }
+        let _ = writeln!(out, " {:>9.0}", s.mean_context_tokens);
+    }
+    out
+}

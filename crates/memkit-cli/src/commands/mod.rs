@@ -1,0 +1,83 @@
+//! One module per subcommand.
+
+pub mod eval;
+pub mod extract;
+pub mod ingest;
+pub mod query;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use memkit_schema::{Dialogue, MemoryRecord};
+
+/// Arguments of a subcommand that is not built yet: it accepts anything so that `--help` works.
+#[derive(Debug, clap::Args)]
+pub struct NotYet {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
+
+/// Says plainly that a subcommand is not built yet and which issue builds it.
+pub fn not_yet(name: &str, issue: u32) -> anyhow::Result<()> {
+    anyhow::bail!("`memkit {name}` is not built yet (tracked in issue {issue}); see README.md for what works today")
+}
+
+/// Dialogue file formats the commands read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// LoCoMo-10 (`locomo10.json`).
+    Locomo,
+    /// LongMemEval oracle or S (one haystack per question).
+    Longmemeval,
+    /// One dialogue per line: {"id", "sessions": [{"id", "date", "turns": [{"speaker", "role", "text"}]}]}.
+    Jsonl,
+}
+
+/// Where dialogues come from.
+#[derive(Debug, clap::Args)]
+pub struct DialogueArgs {
+    /// The dialogue file.
+    #[arg(long, short)]
+    pub input: PathBuf,
+    /// Its format.
+    #[arg(long, value_enum, default_value = "jsonl")]
+    pub format: Format,
+    /// Keep only these dialogue ids (LoCoMo `conv-26`, LongMemEval question ids); repeatable.
+    #[arg(long = "dialogue")]
+    pub dialogues: Vec<String>,
+}
+
+impl DialogueArgs {
+    pub fn load(&self) -> anyhow::Result<Vec<Dialogue>> {
+        let path = &self.input;
+        let mut dialogues: Vec<Dialogue> = match self.format {
+            Format::Locomo => memkit_data::load_locomo(path)?.into_iter().map(|s| s.dialogue).collect(),
+            Format::Longmemeval => memkit_data::load_longmemeval(path)?.into_iter().map(|i| i.dialogue).collect(),
+            Format::Jsonl => memkit_data::load_jsonl(path)?,
+        };
+        if !self.dialogues.is_empty() {
+            if let Some(missing) = self.dialogues.iter().find(|id| !dialogues.iter().any(|d| &d.id == *id)) {
+                anyhow::bail!("{}: no dialogue {missing:?}", path.display());
+            }
+            dialogues.retain(|d| self.dialogues.contains(&d.id));
+        }
+        Ok(dialogues)
+    }
+}
+
+/// Reads a records JSONL file (one `MemoryRecord` per line); errors name the line.
+pub fn read_records(path: &Path) -> anyhow::Result<Vec<MemoryRecord>> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open records file {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: cannot read", path.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: MemoryRecord =
+            serde_json::from_str(&line).with_context(|| format!("{}:{}: not a memory record", path.display(), i + 1))?;
+        out.push(record);
+    }
+    Ok(out)
+}

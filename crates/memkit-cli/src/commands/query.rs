@@ -1,0 +1,79 @@
+//! `memkit query`: ask a memory database a question.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chrono::NaiveDateTime;
+use memkit_engine::Retriever;
+use memkit_engine::fusion::{TriPath, TriPathConfig};
+use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_engine::recall::{RecallStats, attach_assistant_replies};
+use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
+use memkit_engine::store::{MemoryStore, SqliteStore};
+
+/// Ask a memory database a question: the rule parser turns it into retrieval fields, BM25 and
+/// dimension match retrieve, DimMem fusion combines them, HingeMem's adaptive stop cuts the list,
+/// and assistant replies are attached when the question asks what the assistant said.
+///
+/// Example: memkit query --db mem.sqlite "When did Caroline go to the LGBTQ support group?"
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The memory database (from `memkit ingest`).
+    #[arg(long)]
+    db: PathBuf,
+    /// The question.
+    question: String,
+    /// Date the question is asked, for relative expressions ("last week"): YYYY-MM-DDTHH:MM:SS.
+    #[arg(long)]
+    date: Option<NaiveDateTime>,
+    /// Most records to print.
+    #[arg(long, short, default_value_t = 10)]
+    k: usize,
+    /// Print the whole fused list instead of cutting it adaptively.
+    #[arg(long)]
+    no_stop: bool,
+    /// Print JSON (parsed query and hits) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.db.exists() {
+        anyhow::bail!("memory database {} does not exist (create it with `memkit ingest`)", args.db.display());
+    }
+    let store = SqliteStore::open(&args.db)?;
+    let records = store.list_records()?;
+    let parsed = RuleQueryParser.parse(&args.question, args.date)?;
+    let tri = TriPath::new(&records, TriPathConfig::default())?;
+    let mut hits = tri.search(&parsed, tri.fusion().cap()).context("retrieval failed")?;
+    if !args.no_stop {
+        hits = adaptive_stop(&hits, classify_query(&args.question), &StopConfig::default());
+    }
+    hits.truncate(args.k);
+    let found: Vec<_> = hits.iter().map(|h| records[h.doc].clone()).collect();
+    let mut stats = RecallStats::default();
+    let replies = attach_assistant_replies(&store, &parsed, &found, &mut stats)?;
+    #[allow(clippy::print_stdout)]
+    if args.json {
+        let hits: Vec<_> = hits
+            .iter()
+            .zip(&found)
+            .zip(&replies)
+            .map(|((h, r), rep)| serde_json::json!({"score": h.score, "record": r, "assistant_replies": rep.iter().map(|x| &x.text).collect::<Vec<_>>()}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"query": parsed, "hits": hits}))?);
+    } else {
+        println!("query: {}", serde_json::to_string(&parsed)?);
+        if found.is_empty() {
+            println!("no memory matches ({} records in {})", records.len(), args.db.display());
+        }
+        for (i, ((h, r), rep)) in hits.iter().zip(&found).zip(&replies).enumerate() {
+            let time = if r.dims.time.is_empty() { String::new() } else { format!(" time={}", r.dims.time) };
+            println!("{:>2}. [{:.3}] ({}{}) {}  ← {}", i + 1, h.score, r.memory_type, time, r.content, r.pointer.turn_ids.join(","));
+            for x in rep {
+                println!("      assistant replied: {}", x.text);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The one tracing subscriber of the process: compact events on stderr, `RUST_LOG` overrides.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the subscriber. `RUST_LOG` wins over `--quiet`/`--verbose`.
+pub fn init(quiet: bool, verbose: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "warn",
+        (_, true) => "debug",
+        _ => "info",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).without_time().init();
+}

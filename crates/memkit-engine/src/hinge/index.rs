@@ -1,0 +1,374 @@
+//! Query-adaptive retrieval over hyperedges.
+
+use std::collections::{HashMap, HashSet};
+
+use memkit_schema::{AnswerDim, Dialogue, Hyperedge, ParsedQuery, TimeSpan};
+use serde::{Deserialize, Serialize};
+
+use super::edges::{Node, NodeKind, SalienceWeights, build_hyperedges, edge_nodes, merge_hyperedges, node_salience};
+use super::segment::Segmenter;
+use crate::stopping::{QueryType, StopConfig, adaptive_stop, classify_query, sort_hits};
+use crate::store::StoredNode;
+use crate::text::{content_tokens, tokens};
+use crate::{Hit, Result, Retriever};
+
+/// Settings of [`HingeIndex`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HingeConfig {
+    /// Merge hyperedges while field-aware Jaccard is strictly above this.
+    pub merge_threshold: f32,
+    /// Topic nodes per hyperedge.
+    pub topics_per_edge: usize,
+    /// Salience component weights.
+    pub salience: SalienceWeights,
+    /// λ_S: weight of the salience term Ω_S.
+    pub salience_lambda: f32,
+    /// λ_T: weight of the topic term Ω_T.
+    pub topic_lambda: f32,
+    /// Apply the adaptive stop (otherwise plain top-k).
+    pub adaptive: bool,
+    /// Thresholds of the adaptive stop.
+    pub stop: StopConfig,
+    /// BM25 term-frequency saturation.
+    pub k1: f32,
+    /// BM25 length normalisation.
+    pub b: f32,
+}
+
+impl Default for HingeConfig {
+    fn default() -> Self {
+        HingeConfig {
+            merge_threshold: 0.8,
+            topics_per_edge: 3,
+            salience: SalienceWeights::default(),
+            salience_lambda: 0.5,
+            topic_lambda: 0.2,
+            adaptive: true,
+            stop: StopConfig::default(),
+            k1: 1.2,
+            b: 0.75,
+        }
+    }
+}
+
+/// Priority π of each element type for a query, in `[0, 1]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ElementPriority {
+    /// Persons.
+    pub person: f32,
+    /// Times.
+    pub time: f32,
+    /// Locations.
+    pub location: f32,
+    /// Topics.
+    pub topic: f32,
+}
+
+impl ElementPriority {
+    /// π of one kind.
+    pub fn of(&self, kind: NodeKind) -> f32 {
+        match kind {
+            NodeKind::Person => self.person,
+            NodeKind::Time => self.time,
+            NodeKind::Location => self.location,
+            NodeKind::Topic => self.topic,
+        }
+    }
+}
+
+/// Element priority for a query: every type starts at 0.5; the element the question asks for
+/// rises to 1 (time for "when" / a time constraint, location for "where", person for "who");
+/// recall queries gather every event of a topic (topic 1); judgment queries check what a person
+/// did about something (person and topic at least 0.75).
+pub fn element_priority(query: &ParsedQuery, query_type: QueryType) -> ElementPriority {
+    let mut p = ElementPriority { person: 0.5, time: 0.5, location: 0.5, topic: 0.5 };
+    match query.answer_dim {
+        AnswerDim::Time => p.time = 1.0,
+        AnswerDim::Location => p.location = 1.0,
+        _ => {}
+    }
+    if query.time.is_some() {
+        p.time = 1.0;
+    }
+    if !query.location.is_empty() {
+        p.location = 1.0;
+    }
+    if tokens(&query.query_anchor).first().is_some_and(|w| w == "who" || w == "whom") {
+        p.person = 1.0;
+    }
+    match query_type {
+        QueryType::Recall => p.topic = 1.0,
+        QueryType::Judgment => {
+            p.person = p.person.max(0.75);
+            p.topic = p.topic.max(0.75);
+        }
+        QueryType::Precision => {}
+    }
+    p
+}
+
+/// A tiny BM25 over hyperedge text, so this module does not depend on the evolving `bm25` route.
+#[derive(Debug, Clone)]
+struct LocalBm25 {
+    postings: HashMap<String, Vec<(usize, f32)>>,
+    lengths: Vec<f32>,
+    avg_len: f32,
+}
+
+impl LocalBm25 {
+    fn new(docs: &[Vec<String>]) -> Self {
+        let mut postings: HashMap<String, Vec<(usize, f32)>> = HashMap::new();
+        for (d, toks) in docs.iter().enumerate() {
+            let mut tf: HashMap<&str, f32> = HashMap::new();
+            for t in toks {
+                *tf.entry(t).or_default() += 1.0;
+            }
+            for (t, c) in tf {
+                postings.entry(t.to_string()).or_default().push((d, c));
+            }
+        }
+        for list in postings.values_mut() {
+            list.sort_by_key(|&(d, _)| d);
+        }
+        let lengths: Vec<f32> = docs.iter().map(|d| d.len() as f32).collect();
+        let avg_len = if lengths.is_empty() { 0.0 } else { lengths.iter().sum::<f32>() / lengths.len() as f32 };
+        LocalBm25 { postings, lengths, avg_len }
+    }
+
+    /// Scores per document; `idf = ln(1 + (N − df + 0.5) / (df + 0.5))` as in SPEC §6.
+    fn scores(&self, terms: &[String], k1: f32, b: f32) -> Vec<f32> {
+        let n = self.lengths.len() as f32;
+        let mut out = vec![0.0f32; self.lengths.len()];
+        for term in terms {
+            let Some(list) = self.postings.get(term) else { continue };
+            let df = list.len() as f32;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for &(d, tf) in list {
+                let norm = 1.0 - b + b * self.lengths[d] / self.avg_len.max(f32::MIN_POSITIVE);
+                out[d] += idf * tf * (k1 + 1.0) / (tf + k1 * norm);
+            }
+        }
+        out
+    }
+}
+
+/// HingeMem's retriever over hyperedges.
+///
+/// For a query with type `τ` (from [`classify_query`] on the anchor unless given) and element
+/// priority `π` ([`element_priority`]), each hyperedge `e` gets
+///
+/// - `ξ(e)`: BM25 of the query's content tokens (anchor, keywords, location) over the edge's
+///   description and node names, divided by the best `ξ` of the query, so `ξ ∈ [0, 1]`;
+/// - `Ω_S(e) = λ_S · Σ_{k∈K} π_k · max_{v ∈ M_k(e)} (1 + s(v))/2 / Σ_{k∈K} π_k`, where `M_k(e)`
+///   are the edge's nodes of kind `k` that the query matches, `K` the kinds the query matches in
+///   any hyperedge, and `s` is [`node_salience`]. A match is worth at least half, salience adds
+///   the rest; one node per kind counts (many matching words are ξ's business); normalising over
+///   `K` rather than all four kinds lets a query that only pins a time (plus a name everywhere)
+///   still separate the hyperedges of that time. `Ω_S ∈ [0, λ_S]`;
+/// - `Ω_T(e) = λ_T · mean_{t ∈ M_topic(e)} (r(t) − ½)` with rarity
+///   `r(t) = ln(N / df(t)) / ln N ∈ [0, 1]` over the `N` hyperedges: a matched topic found in few
+///   hyperedges adds up to `λ_T / 2`, one found in most subtracts up to `λ_T / 2` (0 without a
+///   matched topic or when `N ≤ 1`);
+///
+/// and `ξ̂ = ξ + Ω_S + Ω_T`. Hyperedges with `ξ > 0` or a matched node are ranked by `ξ̂`, cut by
+/// the adaptive stop for `τ`, then capped at `k`.
+///
+/// A node matches when: a person's name token is in the query; a topic word is in the query; all
+/// tokens of a location are in the query (or in its location field); a time's day satisfies the
+/// query's time constraint.
+#[derive(Debug, Clone)]
+pub struct HingeIndex {
+    edges: Vec<Hyperedge>,
+    nodes: Vec<Vec<Node>>,
+    salience: HashMap<Node, f32>,
+    topic_df: HashMap<String, usize>,
+    bm25: LocalBm25,
+    config: HingeConfig,
+}
+
+impl HingeIndex {
+    /// Segments a dialogue, builds and merges its hyperedges, and indexes them.
+    #[tracing::instrument(skip_all, fields(dialogue = %dialogue.id))]
+    pub fn build(dialogue: &Dialogue, segmenter: &dyn Segmenter, config: HingeConfig) -> Result<Self> {
+        let segments = segmenter.segment(dialogue)?;
+        let edges = build_hyperedges(dialogue, &segments, config.topics_per_edge);
+        let merged = merge_hyperedges(edges, config.merge_threshold);
+        tracing::debug!(segments = segments.len(), hyperedges = merged.len(), "built hyperedges");
+        Ok(Self::from_hyperedges(merged, config))
+    }
+
+    /// Indexes hyperedges as they are (e.g. loaded from a store); computes salience.
+    pub fn from_hyperedges(edges: Vec<Hyperedge>, config: HingeConfig) -> Self {
+        let nodes: Vec<Vec<Node>> = edges.iter().map(edge_nodes).collect();
+        let salience = node_salience(&edges, &config.salience);
+        let mut topic_df: HashMap<String, usize> = HashMap::new();
+        for list in &nodes {
+            for n in list.iter().filter(|n| n.kind == NodeKind::Topic) {
+                *topic_df.entry(n.name.clone()).or_default() += 1;
+            }
+        }
+        let docs: Vec<Vec<String>> = edges
+            .iter()
+            .zip(&nodes)
+            .map(|(e, ns)| {
+                let mut t = content_tokens(&e.description);
+                t.extend(ns.iter().flat_map(|n| content_tokens(&n.name)));
+                t
+            })
+            .collect();
+        let bm25 = LocalBm25::new(&docs);
+        HingeIndex { edges, nodes, salience, topic_df, bm25, config }
+    }
+
+    /// The indexed hyperedges; a [`Hit::doc`] indexes this slice.
+    pub fn hyperedges(&self) -> &[Hyperedge] {
+        &self.edges
+    }
+
+    /// The dataset turn ids a hit covers (for evidence recall).
+    pub fn turn_ids(&self, doc: usize) -> &[String] {
+        &self.edges[doc].turn_ids
+    }
+
+    /// The turn ids of several hits, in hit order, without repeats.
+    pub fn hit_turn_ids(&self, hits: &[Hit]) -> Vec<String> {
+        let mut seen = HashSet::new();
+        hits.iter().flat_map(|h| self.turn_ids(h.doc)).filter(|t| seen.insert(t.as_str())).cloned().collect()
+    }
+
+    /// Salience of a node (0 when absent).
+    pub fn salience(&self, node: &Node) -> f32 {
+        self.salience.get(node).copied().unwrap_or(0.0)
+    }
+
+    /// Every node with its salience, sorted, ready for [`crate::store::MemoryStore::put_nodes`].
+    pub fn stored_nodes(&self) -> Vec<StoredNode> {
+        let mut out: Vec<StoredNode> =
+            self.salience.iter().map(|(n, &s)| StoredNode { kind: n.kind, name: n.name.clone(), salience: s }).collect();
+        out.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        out
+    }
+
+    /// Ranks hyperedges for a query of a known type (see the type docs for the scores).
+    pub fn search_typed(&self, query: &ParsedQuery, query_type: QueryType, k: usize) -> Result<Vec<Hit>> {
+        if self.edges.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut terms: Vec<String> = content_tokens(&query.query_anchor);
+        terms.extend(query.keywords.iter().flat_map(|k| content_tokens(k)));
+        terms.extend(content_tokens(&query.location));
+        let mut seen = HashSet::new();
+        terms.retain(|t| seen.insert(t.clone()));
+        let term_set: HashSet<&str> = terms.iter().map(String::as_str).collect();
+
+        let base = self.bm25.scores(&terms, self.config.k1, self.config.b);
+        let max_base = base.iter().copied().fold(0.0f32, f32::max);
+        let priority = element_priority(query, query_type);
+        let n = self.edges.len() as f32;
+        let location_query = query.location.to_lowercase();
+
+        let matched_per_edge: Vec<Vec<&Node>> =
+            self.nodes.iter().map(|nodes| nodes.iter().filter(|v| node_matches(v, &term_set, query, &location_query)).collect()).collect();
+        let query_kinds: Vec<NodeKind> =
+            NodeKind::ALL.into_iter().filter(|&k| matched_per_edge.iter().flatten().any(|v| v.kind == k)).collect();
+        let priority_sum: f32 = query_kinds.iter().map(|&k| priority.of(k)).sum();
+
+        let mut hits = Vec::new();
+        for (doc, matched) in matched_per_edge.iter().enumerate() {
+            if base[doc] <= 0.0 && matched.is_empty() {
+                continue;
+            }
+            let xi = if max_base > 0.0 { base[doc] / max_base } else { 0.0 };
+            let omega_s = if priority_sum > 0.0 {
+                self.config.salience_lambda
+                    * query_kinds
+                        .iter()
+                        .map(|&kind| {
+                            let best =
+                                matched.iter().filter(|v| v.kind == kind).map(|v| (1.0 + self.salience(v)) / 2.0).fold(0.0f32, f32::max);
+                            priority.of(kind) * best
+                        })
+                        .sum::<f32>()
+                    / priority_sum
+            } else {
+                0.0
+            };
+            let rarities: Vec<f32> = matched
+                .iter()
+                .filter(|v| v.kind == NodeKind::Topic)
+                .map(|v| {
+                    let df = self.topic_df.get(&v.name).copied().unwrap_or(1).max(1) as f32;
+                    (n / df).ln() / n.ln()
+                })
+                .collect();
+            let omega_t = if n > 1.0 && !rarities.is_empty() {
+                self.config.topic_lambda * (rarities.iter().sum::<f32>() / rarities.len() as f32 - 0.5)
+            } else {
+                0.0
+            };
+            hits.push(Hit { doc, score: xi + omega_s + omega_t });
+        }
+        let mut ranked = if self.config.adaptive {
+            adaptive_stop(&hits, query_type, &self.config.stop)
+        } else {
+            sort_hits(&mut hits);
+            hits
+        };
+        ranked.truncate(k);
+        Ok(ranked)
+    }
+}
+
+fn node_matches(v: &Node, terms: &HashSet<&str>, query: &ParsedQuery, location_query: &str) -> bool {
+    match v.kind {
+        NodeKind::Person => tokens(&v.name).iter().any(|t| terms.contains(t.as_str())),
+        NodeKind::Topic => terms.contains(v.name.as_str()),
+        NodeKind::Location => {
+            let toks = content_tokens(&v.name);
+            (!toks.is_empty() && toks.iter().all(|t| terms.contains(t.as_str())))
+                || (!location_query.is_empty() && (v.name.contains(location_query) || location_query.contains(&v.name)))
+        }
+        NodeKind::Time => match (&query.time, v.name.parse::<TimeSpan>()) {
+            (Some(c), Ok(span)) => c.matches(&span),
+            _ => false,
+        },
+    }
+}
+
+impl Retriever for HingeIndex {
+    fn name(&self) -> &str {
+        "hinge"
+    }
+
+    /// Classifies the anchor's query type, then [`HingeIndex::search_typed`].
+    fn search(&self, query: &ParsedQuery, k: usize) -> Result<Vec<Hit>> {
+        self.search_typed(query, classify_query(&query.query_anchor), k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_bm25_matches_the_spec_formula() {
+        let docs = vec![vec!["dog".to_string(), "park".to_string()], vec!["cat".to_string()]];
+        let bm = LocalBm25::new(&docs);
+        let s = bm.scores(&["dog".to_string()], 1.2, 0.75);
+        // N=2, df=1: idf = ln(1 + 1.5/1.5) = ln 2; len 2, avg 1.5: norm = 0.25 + 0.75·2/1.5 = 1.25;
+        // tf part = 1·2.2 / (1 + 1.2·1.25) = 0.88.
+        assert!((s[0] - 2f32.ln() * 0.88).abs() < 1e-5);
+        assert_eq!(s[1], 0.0);
+    }
+
+    #[test]
+    fn priority_follows_the_question() {
+        let q = ParsedQuery { query_anchor: "When did Ann move?".into(), answer_dim: AnswerDim::Time, ..Default::default() };
+        let p = element_priority(&q, QueryType::Precision);
+        assert_eq!((p.time, p.person, p.topic), (1.0, 0.5, 0.5));
+        let q = ParsedQuery { query_anchor: "Who gave Ann the book?".into(), ..Default::default() };
+        assert_eq!(element_priority(&q, QueryType::Recall).person, 1.0);
+        assert_eq!(element_priority(&q, QueryType::Recall).topic, 1.0);
+    }
+}

@@ -1,0 +1,193 @@
+//! Eval recipes: TOML files in `recipes/eval/` that name the dataset, the token budgets and the
+//! systems to compare. Unknown keys are errors, so a typo fails loudly.
+//!
+//! ```toml
+//! name = "locomo-baselines"
+//! [dataset]
+//! kind = "locomo"
+//! path = "locomo/locomo10.json"      # relative to the data dir (../shared/data)
+//! [[systems]]
+//! kind = "bm25_turns"
+//! name = "BM25 raw turns"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use memkit_engine::fusion::TriPathConfig;
+use memkit_engine::hinge::{HingeConfig, SegmenterConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// A whole eval recipe.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalRecipe {
+    /// Report folder name: the report goes to `<reports_dir>/<name>/`.
+    pub name: String,
+    /// One line for the report header.
+    #[serde(default)]
+    pub description: String,
+    /// Which benchmark file to read.
+    pub dataset: DatasetSpec,
+    /// Token budgets of evidence recall.
+    #[serde(default = "default_budgets")]
+    pub budgets: Vec<usize>,
+    /// Cut-offs of LongMemEval's recall_any/recall_all/nDCG.
+    #[serde(default = "default_ks")]
+    pub ks: Vec<usize>,
+    /// The systems to compare, in report order.
+    pub systems: Vec<SystemSpec>,
+}
+
+fn default_budgets() -> Vec<usize> {
+    vec![250, 500, 1000, 2000, 4000]
+}
+
+fn default_ks() -> Vec<usize> {
+    vec![1, 3, 5, 10]
+}
+
+/// The benchmark file and which part of it to use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DatasetSpec {
+    /// LoCoMo-10; `conversations` picks sample ids (all when empty).
+    Locomo {
+        /// Path relative to the data dir, or absolute.
+        path: PathBuf,
+        /// Sample ids such as `conv-26`; empty means all ten.
+        #[serde(default)]
+        conversations: Vec<String>,
+    },
+    /// LongMemEval (oracle or S); `limit` keeps the first N questions (all when absent).
+    Longmemeval {
+        /// Path relative to the data dir, or absolute.
+        path: PathBuf,
+        /// Keep the first N questions of the file.
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+}
+
+impl DatasetSpec {
+    /// The file path, resolved against the data dir when relative.
+    pub fn resolve(&self, data_dir: &Path) -> PathBuf {
+        let p = match self {
+            DatasetSpec::Locomo { path, .. } | DatasetSpec::Longmemeval { path, .. } => path,
+        };
+        if p.is_absolute() { p.clone() } else { data_dir.join(p) }
+    }
+
+    /// Short dataset name for `metrics.json`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DatasetSpec::Locomo { .. } => "locomo",
+            DatasetSpec::Longmemeval { .. } => "longmemeval",
+        }
+    }
+}
+
+/// Where the engine's records come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordSource {
+    /// One record per turn, content "Speaker: text", no dimensions.
+    RawTurns,
+    /// The rule extractor baseline (type cues, message date, keywords).
+    Rule,
+    /// LoCoMo's own `observation` facts, each pointing at its evidence turns.
+    Observations,
+}
+
+/// One system to evaluate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SystemSpec {
+    /// The whole conversation in time order: the upper bound on recall and cost.
+    FullContext {
+        /// Report name.
+        name: String,
+    },
+    /// BM25 over raw turns (the reference point of SPEC §7).
+    Bm25Turns {
+        /// Report name.
+        name: String,
+    },
+    /// BM25 over LoCoMo's `observation` facts.
+    Bm25Observations {
+        /// Report name.
+        name: String,
+    },
+    /// The memory engine: records from `records`, rule query parser, BM25 + dimension routes
+    /// (+ dense when `dense` is set and an embedder is available), fused as `retrieval` says.
+    Engine {
+        /// Report name.
+        name: String,
+        /// Where the records come from.
+        records: RecordSource,
+        /// BM25 parameters, dimension weights and fusion (`[systems.retrieval]`).
+        #[serde(default)]
+        retrieval: TriPathConfig,
+        /// Apply HingeMem's adaptive stop to the fused list (recall at the tokens actually used).
+        #[serde(default)]
+        adaptive_stop: bool,
+        /// Add the dense route (needs the embedder: `just models`).
+        #[serde(default)]
+        dense: bool,
+    },
+    /// HingeMem: boundary-guided hyperedges over the turns, salience rerank, adaptive stop.
+    Hinge {
+        /// Report name.
+        name: String,
+        /// Merge, salience, rerank and stop settings (`[systems.hinge]`).
+        #[serde(default)]
+        hinge: HingeConfig,
+        /// Boundary rules (`[systems.segmenter]`).
+        #[serde(default)]
+        segmenter: SegmenterConfig,
+    },
+}
+
+impl SystemSpec {
+    /// The report name.
+    pub fn name(&self) -> &str {
+        match self {
+            SystemSpec::FullContext { name }
+            | SystemSpec::Bm25Turns { name }
+            | SystemSpec::Bm25Observations { name }
+            | SystemSpec::Engine { name, .. }
+            | SystemSpec::Hinge { name, .. } => name,
+        }
+    }
+}
+
+impl EvalRecipe {
+    /// Reads and checks a recipe file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: path.to_path_buf(), source: e })?;
+        let recipe: EvalRecipe = toml::from_str(&text).map_err(|e| Error::Recipe { path: path.to_path_buf(), message: e.to_string() })?;
+        recipe.check().map_err(|message| Error::Recipe { path: path.to_path_buf(), message })?;
+        Ok(recipe)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.systems.is_empty() {
+            return Err("no [[systems]]: name at least one system to evaluate".into());
+        }
+        if self.budgets.is_empty() || self.budgets.contains(&0) {
+            return Err("`budgets` must be a non-empty list of positive token counts".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.systems {
+            if !seen.insert(s.name()) {
+                return Err(format!("two systems are named {:?}: names must be unique", s.name()));
+            }
+            let uses_observations = matches!(s, SystemSpec::Bm25Observations { .. } | SystemSpec::Engine { records: RecordSource::Observations, .. });
+            if uses_observations && !matches!(self.dataset, DatasetSpec::Locomo { .. }) {
+                return Err(format!("system {:?} uses LoCoMo observations, but the dataset is not LoCoMo", s.name()));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,421 @@
+//! Report folders: `reports/<name>/report.md`, `metrics.json` and the plots.
+//!
+//! A report holds no date or timing, so re-running the same command rewrites the same bytes and
+//! a `git diff` shows only what changed. Every file is written to a temporary sibling first and
+//! renamed into place, so an interrupted run leaves the previous report intact (SPEC §9).
+//!
+//! `metrics.json` has the shape
+//! `{"dataset": .., "systems": [{"name": .., "evidence_recall_at": {"250": x, ..},
+//! "mean_context_tokens": x, "questions": n, ..}]}`; LongMemEval systems add `recall_any_at`,
+//! `recall_all_at` and `ndcg_at` keyed by k. Maps keyed by numbers are written in numeric order
+//! (`"250"` before `"1000"`).
+//!
+//! ```no_run
+//! use memkit_eval::{Report, SystemMetrics};
+//! let mut bm25 = SystemMetrics::new("bm25-turns");
+//! bm25.evidence_recall_at.insert("250".into(), 0.52);
+//! bm25.mean_context_tokens = 3900.0;
+//! bm25.questions = 1540;
+//! let report = Report {
+//!     name: "locomo-bm25".into(),
+//!     dataset: "locomo10".into(),
+//!     command: "memkit eval --recipe recipes/eval/locomo-bm25.toml".into(),
+//!     systems: vec![bm25],
+//!     notes: vec![],
+//! };
+//! report.write("reports".as_ref())?;
+//! # Ok::<(), memkit_eval::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::plot;
+use crate::{Error, Result};
+
+/// Serialises a string-keyed map with numeric keys in numeric order, other keys after them.
+fn numeric_order<S: Serializer>(map: &BTreeMap<String, f64>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(sorted_entries(map))
+}
+
+fn numeric_order_opt<S: Serializer>(map: &Option<BTreeMap<String, f64>>, s: S) -> Result<S::Ok, S::Error> {
+    match map {
+        Some(m) => numeric_order(m, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Map entries with numeric keys first, in numeric order, then the rest in text order.
+pub(crate) fn sorted_entries<V>(map: &BTreeMap<String, V>) -> Vec<(&String, &V)> {
+    let mut entries: Vec<_> = map.iter().collect();
+    entries.sort_by(|(a, _), (b, _)| key_order(a, b));
+    entries
+}
+
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.total_cmp(&y),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.cmp(b),
+    }
+}
+
+fn sorted_keys<'a, V: 'a>(maps: impl Iterator<Item = &'a BTreeMap<String, V>>) -> Vec<String> {
+    let mut keys: Vec<String> = maps.flat_map(|m| m.keys().cloned()).collect();
+    keys.sort_by(|a, b| key_order(a, b));
+    keys.dedup();
+    keys
+}
+
+/// Figures of one question category (LoCoMo categories 1–5).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CategoryMetrics {
+    /// Questions of this category that entered the means.
+    pub questions: usize,
+    /// Mean evidence recall per budget, keyed `"250"` … `"4000"`.
+    #[serde(default, serialize_with = "numeric_order")]
+    pub evidence_recall_at: BTreeMap<String, f64>,
+    /// Mean official LoCoMo F1, when QA was run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub f1: Option<f64>,
+    /// Any other per-category figure (judge accuracy, …).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// All figures of one system (one retrieval configuration) on one dataset.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemMetrics {
+    /// Short system name, used in tables and legends.
+    pub name: String,
+    /// Mean evidence recall per budget, keyed by the budget in decimal (`"250"` … `"4000"`).
+    #[serde(default, serialize_with = "numeric_order")]
+    pub evidence_recall_at: BTreeMap<String, f64>,
+    /// Mean tokens of context sent per query (o200k_base unless the notes say otherwise).
+    pub mean_context_tokens: f64,
+    /// Questions in the means.
+    pub questions: usize,
+    /// Figures per category, keyed by the category (`"1"` … `"5"` for LoCoMo).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_category: BTreeMap<String, CategoryMetrics>,
+    /// LongMemEval recall_any@k keyed by k.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "numeric_order_opt")]
+    pub recall_any_at: Option<BTreeMap<String, f64>>,
+    /// LongMemEval recall_all@k keyed by k.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "numeric_order_opt")]
+    pub recall_all_at: Option<BTreeMap<String, f64>>,
+    /// LongMemEval nDCG@k keyed by k.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "numeric_order_opt")]
+    pub ndcg_at: Option<BTreeMap<String, f64>>,
+    /// Any other figure (latency, F1, judge accuracy, embeddings saved, …), flattened into the
+    /// system's JSON object.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl SystemMetrics {
+    /// Empty metrics for the system `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into(), ..Self::default() }
+    }
+}
+
+/// The content of `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsFile {
+    /// Dataset name.
+    pub dataset: String,
+    /// One entry per system, in report order.
+    pub systems: Vec<SystemMetrics>,
+}
+
+/// A benchmark report: the figures of several systems on one dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Folder name under `reports/`.
+    pub name: String,
+    /// Dataset name (`locomo10`, `longmemeval_s_subset200`, …).
+    pub dataset: String,
+    /// The exact command that produced the report, so anyone can re-run it.
+    pub command: String,
+    /// The systems compared.
+    pub systems: Vec<SystemMetrics>,
+    /// Free-text notes (sampling, tokenizer, exclusions), one bullet each.
+    pub notes: Vec<String>,
+}
+
+/// File names inside a report folder.
+pub const REPORT_MD: &str = "report.md";
+/// See [`REPORT_MD`].
+pub const METRICS_JSON: &str = "metrics.json";
+/// See [`REPORT_MD`].
+pub const RECALL_SVG: &str = "recall_vs_budget.svg";
+/// See [`REPORT_MD`].
+pub const TOKENS_SVG: &str = "tokens_per_query.svg";
+
+impl Report {
+    /// Writes `<reports_dir>/<name>/` with `report.md`, `metrics.json`, `recall_vs_budget.svg`
+    /// and `tokens_per_query.svg`, each atomically. Returns the report folder.
+    #[tracing::instrument(skip(self), fields(name = %self.name))]
+    pub fn write(&self, reports_dir: &Path) -> Result<PathBuf> {
+        let dir = reports_dir.join(&self.name);
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Write { path: dir.clone(), source })?;
+        let json_path = dir.join(METRICS_JSON);
+        let mut json =
+            serde_json::to_string_pretty(&self.metrics_file()).map_err(|source| Error::Json { path: json_path.clone(), source })?;
+        json.push('\n');
+        write_atomic(&json_path, json.as_bytes())?;
+        write_atomic(&dir.join(REPORT_MD), self.to_markdown().as_bytes())?;
+        let svg_path = dir.join(RECALL_SVG);
+        let svg = plot::recall_vs_budget(&self.systems, &self.name).map_err(|message| Error::Plot { path: svg_path.clone(), message })?;
+        write_atomic(&svg_path, svg.as_bytes())?;
+        let svg_path = dir.join(TOKENS_SVG);
+        let svg = plot::tokens_per_query(&self.systems, &self.name).map_err(|message| Error::Plot { path: svg_path.clone(), message })?;
+        write_atomic(&svg_path, svg.as_bytes())?;
+        tracing::info!(dir = %dir.display(), "report written");
+        Ok(dir)
+    }
+
+    /// The `metrics.json` content.
+    pub fn metrics_file(&self) -> MetricsFile {
+        MetricsFile { dataset: self.dataset.clone(), systems: self.systems.clone() }
+    }
+
+    /// The `report.md` content: one table per metric, the command, the notes.
+    pub fn to_markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# {}\n", self.name);
+        let _ = writeln!(md, "Dataset: `{}`\n", self.dataset);
+        let _ = writeln!(md, "Produced by:\n\n```sh\n{}\n```\n", self.command);
+
+        let budgets = sorted_keys(self.systems.iter().map(|s| &s.evidence_recall_at));
+        if !budgets.is_empty() {
+            md.push_str("## Evidence recall at token budgets\n\n");
+            md.push_str(&table(
+                "system",
+                &budgets,
+                Some("questions"),
+                self.systems.iter().map(|s| {
+                    (
+                        s.name.clone(),
+                        budgets.iter().map(|b| s.evidence_recall_at.get(b).map(|x| format!("{x:.4}"))).collect(),
+                        Some(s.questions.to_string()),
+                    )
+                }),
+            ));
+            md.push_str(&format!("![recall vs budget]({RECALL_SVG})\n\n"));
+        }
+
+        md.push_str("## Context tokens per query\n\n");
+        md.push_str("| system | mean tokens | questions |\n|---|---:|---:|\n");
+        for s in &self.systems {
+            let _ = writeln!(md, "| {} | {:.1} | {} |", cell(&s.name), s.mean_context_tokens, s.questions);
+        }
+        md.push_str(&format!("\n![tokens per query]({TOKENS_SVG})\n\n"));
+
+        for (title, get) in [
+            ("recall_any@k", (|s: &SystemMetrics| s.recall_any_at.as_ref()) as fn(&SystemMetrics) -> Option<&BTreeMap<String, f64>>),
+            ("recall_all@k", |s| s.recall_all_at.as_ref()),
+            ("nDCG@k", |s| s.ndcg_at.as_ref()),
+        ] {
+            let ks = sorted_keys(self.systems.iter().filter_map(get));
+            if ks.is_empty() {
+                continue;
+            }
+            let _ = writeln!(md, "## {title}\n");
+            let header: Vec<String> = ks.iter().map(|k| format!("@{k}")).collect();
+            md.push_str(&table(
+                "system",
+                &header,
+                None,
+                self.systems.iter().filter_map(|s| {
+                    let m = get(s)?;
+                    Some((s.name.clone(), ks.iter().map(|k| m.get(k).map(|x| format!("{x:.4}"))).collect(), None))
+                }),
+            ));
+        }
+
+        if self.systems.iter().any(|s| !s.per_category.is_empty()) {
+            md.push_str("## Per category\n\n");
+            let budgets = sorted_keys(self.systems.iter().flat_map(|s| s.per_category.values().map(|c| &c.evidence_recall_at)));
+            let has_f1 = self.systems.iter().any(|s| s.per_category.values().any(|c| c.f1.is_some()));
+            let mut header: Vec<String> = vec!["category".into(), "questions".into()];
+            header.extend(budgets.iter().map(|b| format!("recall@{b}")));
+            if has_f1 {
+                header.push("F1".into());
+            }
+            md.push_str(&table(
+                "system",
+                &header,
+                None,
+                self.systems.iter().flat_map(|s| {
+                    sorted_entries(&s.per_category)
+                        .into_iter()
+                        .map(|(cat, c)| {
+                            let mut cells = vec![Some(cat.clone()), Some(c.questions.to_string())];
+                            cells.extend(budgets.iter().map(|b| c.evidence_recall_at.get(b).map(|x| format!("{x:.4}"))));
+                            if has_f1 {
+                                cells.push(c.f1.map(|x| format!("{x:.4}")));
+                            }
+                            (s.name.clone(), cells, None)
+                        })
+                        .collect::<Vec<_>>()
+                }),
+            ));
+        }
+
+        if self.systems.iter().any(|s| !s.extra.is_empty()) {
+            md.push_str("## Other figures\n\n");
+            let keys: Vec<String> = {
+                let mut k: Vec<String> = self.systems.iter().flat_map(|s| s.extra.keys().cloned()).collect();
+                k.sort();
+                k.dedup();
+                k
+            };
+            md.push_str(&table(
+                "system",
+                &keys,
+                None,
+                self.systems.iter().map(|s| (s.name.clone(), keys.iter().map(|k| s.extra.get(k).map(value_cell)).collect(), None)),
+            ));
+        }
+
+        if !self.notes.is_empty() {
+            md.push_str("## Notes\n\n");
+            for n in &self.notes {
+                let _ = writeln!(md, "- {n}");
+            }
+            md.push('\n');
+        }
+        while md.ends_with("\n\n") {
+            md.pop();
+        }
+        md
+    }
+
+    /// Reads a `metrics.json` back.
+    pub fn read_metrics(path: &Path) -> Result<MetricsFile> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+        serde_json::from_str(&text).map_err(|source| Error::Json { path: path.to_path_buf(), source })
+    }
+}
+
+/// Escapes `|` so a cell cannot break the table.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn value_cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(x) if !(n.is_i64() || n.is_u64()) => format!("{x:.4}"),
+            _ => n.to_string(),
+        },
+        serde_json::Value::String(s) => cell(s),
+        other => cell(&other.to_string()),
+    }
+}
+
+/// A markdown table: first column `first`, then `header`, then an optional trailing column.
+fn table(
+    first: &str,
+    header: &[String],
+    trailing: Option<&str>,
+    rows: impl IntoIterator<Item = (String, Vec<Option<String>>, Option<String>)>,
+) -> String {
+    let mut out = format!("| {first} |");
+    let mut rule = String::from("|---|");
+    for h in header.iter().map(String::as_str).chain(trailing) {
+        let _ = write!(out, " {} |", cell(h));
+        rule.push_str("---:|");
+    }
+    out.push('\n');
+    out.push_str(&rule);
+    out.push('\n');
+    for (name, cells, last) in rows {
+        let _ = write!(out, "| {} |", cell(&name));
+        for c in cells.iter().map(Option::as_deref).chain(trailing.map(|_| last.as_deref())) {
+            let _ = write!(out, " {} |", c.map_or("–".to_string(), cell));
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// Writes `bytes` to a temporary sibling of `path`, then renames it over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let file_name = path.file_name().map_or_else(Default::default, |n| n.to_string_lossy());
+    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|source| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Write { path: path.to_path_buf(), source }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn system() -> SystemMetrics {
+        let mut s = SystemMetrics::new("bm25");
+        for (b, r) in [("250", 0.5), ("1000", 0.7), ("4000", 0.9), ("500", 0.6)] {
+            s.evidence_recall_at.insert(b.into(), r);
+        }
+        s.questions = 10;
+        s.mean_context_tokens = 812.26;
+        s
+    }
+
+    #[test]
+    fn budgets_serialise_in_numeric_order() {
+        let json = serde_json::to_string(&system()).unwrap();
+        let i250 = json.find("\"250\"").unwrap();
+        let i500 = json.find("\"500\"").unwrap();
+        let i1000 = json.find("\"1000\"").unwrap();
+        let i4000 = json.find("\"4000\"").unwrap();
+        assert!(i250 < i500 && i500 < i1000 && i1000 < i4000, "{json}");
+        // LongMemEval maps are absent unless set.
+        assert!(!json.contains("recall_any_at"));
+    }
+
+    #[test]
+    fn extra_is_flattened_and_round_trips() {
+        let mut s = system();
+        s.extra.insert("latency_ms_p50".into(), serde_json::json!(3.5));
+        s.recall_any_at = Some(BTreeMap::from([("10".into(), 0.8), ("5".into(), 0.7)]));
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["latency_ms_p50"], 3.5);
+        let back: SystemMetrics = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn markdown_has_tables_in_numeric_order_and_no_dates() {
+        let report = Report {
+            name: "t".into(),
+            dataset: "d".into(),
+            command: "memkit eval --recipe x.toml".into(),
+            systems: vec![system()],
+            notes: vec!["tokens: o200k_base".into()],
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("| system | 250 | 500 | 1000 | 4000 | questions |"), "{md}");
+        assert!(md.contains("| bm25 | 0.5000 | 0.6000 | 0.7000 | 0.9000 | 10 |"), "{md}");
+        assert!(md.contains("| bm25 | 812.3 | 10 |"), "{md}");
+        assert!(md.contains("memkit eval --recipe x.toml"));
+        assert!(md.contains("- tokens: o200k_base"));
+        assert_eq!(md, report.to_markdown());
+    }
+}

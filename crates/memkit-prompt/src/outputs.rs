@@ -1,0 +1,103 @@
+//! What the boundary, update and judge prompts ask the model to reply, as serde types.
+//!
+//! The extraction and query prompts reply with memkit-schema's `ExtractorOutput` and
+//! `ParsedQuery`; these are the shapes of the other three, kept next to the prompts that define
+//! them. The example reply in each prompt is exactly what serde writes for these types (a test
+//! checks it).
+
+use memkit_data::Window;
+use memkit_schema::Hyperedge;
+use serde::{Deserialize, Serialize};
+
+/// The reply of `boundary.j2`: the segments of a window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segmentation {
+    /// Segments in message order.
+    #[serde(default)]
+    pub segments: Vec<SegmentRecord>,
+}
+
+/// One segment between two boundaries, as the model writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SegmentRecord {
+    /// Number of the first message (1-based, as in the window lines).
+    pub start: u32,
+    /// Number of the last message (inclusive).
+    pub end: u32,
+    /// `start`, `person`, `time`, `location` or `topic`.
+    pub boundary_reason: String,
+    /// People involved.
+    pub persons: Vec<String>,
+    /// Dates the segment is about (`YYYY-MM-DD`, `YYYY-MM`, `YYYY`).
+    pub times: Vec<String>,
+    /// Places mentioned.
+    pub locations: Vec<String>,
+    /// Short noun phrases.
+    pub topics: Vec<String>,
+    /// One sentence about the segment.
+    pub description: String,
+}
+
+impl SegmentRecord {
+    /// The hyperedge of this segment, with the dataset turn ids of its messages in `window`
+    /// (numbers outside the window are skipped).
+    pub fn into_hyperedge(self, id: String, window: &Window) -> Hyperedge {
+        let turn_ids = (self.start..=self.end).filter_map(|n| window.message(n)).map(|m| m.turn_id.clone()).collect();
+        Hyperedge {
+            id,
+            persons: self.persons,
+            times: self.times,
+            locations: self.locations,
+            topics: self.topics,
+            description: self.description,
+            boundary_reason: self.boundary_reason,
+            turn_ids,
+        }
+    }
+}
+
+/// The action `update.j2` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum UpdateAction {
+    /// Same fact, event or preference: combine into one record.
+    Merge,
+    /// Same attribute with a new value: the new record replaces the stored one.
+    Supersede,
+    /// Different facts or events: keep both.
+    KeepBoth,
+}
+
+/// The reply of `update.j2`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateVerdict {
+    /// What to do.
+    pub decision: UpdateAction,
+    /// The combined sentence for [`UpdateAction::Merge`], else empty.
+    #[serde(default)]
+    pub content: String,
+    /// A short justification.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// The label of `judge.j2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JudgeLabel {
+    /// Same information as the gold answer.
+    Correct,
+    /// Anything else.
+    Wrong,
+}
+
+/// The reply of `judge.j2`; the reason comes first so the model argues before it labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgeVerdict {
+    /// A short justification.
+    #[serde(default)]
+    pub reason: String,
+    /// CORRECT or WRONG.
+    pub label: JudgeLabel,
+}
