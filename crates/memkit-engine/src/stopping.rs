@@ -120,16 +120,18 @@ const YES_NO_OPENERS: &[&str] =
 
 /// Rule-based query type from the question text.
 ///
-/// Judgment cues win first ("would", "likely", "do you think", a yes/no opener), then recall cues
-/// ("how many", "list", "what are all", "which … have", plural "what kinds/activities/…"); every
-/// other question asks for one specific fact (precision).
+/// Judgment cues win first ("would", "likely", "might", "could", "do you think": inference and
+/// counterfactuals), then recall cues
+/// ("how many", "list", "what are all", "which … have", plural "what kinds/activities/…"), then a
+/// yes/no opener ("did", "is", …) is judgment; every other question asks for one specific fact
+/// (precision).
 pub fn classify_query(question: &str) -> QueryType {
     let lower = question.to_lowercase();
     let words = crate::text::tokens(&lower);
     let has = |phrase: &str| contains_phrase(&words, phrase);
     let first = words.first().map(String::as_str).unwrap_or("");
 
-    let judgment_cue = ["would", "likely", "do you think", "is it possible", "probably"].iter().any(|p| has(p));
+    let judgment_cue = ["would", "likely", "might", "could", "potentially", "probably", "do you think", "is it possible"].iter().any(|p| has(p));
     if judgment_cue {
         return QueryType::Judgment;
     }

@@ -306,7 +306,6 @@ impl Tally {
         for (c, r) in self.per_category {
             m.per_category.insert(c, CategoryMetrics { questions: r.questions(), evidence_recall_at: r.recall_at(), ..Default::default() });
         }
-        m.extra.insert("tokens_used_at".into(), json!(self.main.tokens_at()));
         m.extra.insert("questions_without_gold".into(), json!(self.main.without_gold()));
         if self.adaptive_n > 0 {
             m.extra.insert("adaptive_recall".into(), json!(self.adaptive_recall / self.adaptive_n as f64));

