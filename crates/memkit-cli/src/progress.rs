@@ -33,6 +33,19 @@ impl Bars {
     }
 }
 
+impl Bars {
+    /// A byte-counting bar with throughput and ETA.
+    pub fn bytes_bar(&self, total: u64, what: &str) -> ProgressBar {
+        if !self.enabled {
+            return ProgressBar::hidden();
+        }
+        let style = ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})")
+            .expect("static template")
+            .progress_chars("=> ");
+        self.multi.add(ProgressBar::new(total)).with_style(style).with_prefix(what.to_string())
+    }
+}
+
 /// Implements the eval runner's `Reporter` with one bar per stage.
 pub struct StageReporter<'a> {
     bars: &'a Bars,

@@ -8,8 +8,13 @@
 //! [`update`] consolidates new records against old ones dimension by dimension, and [`hinge`]
 //! builds HingeMem's boundary-guided hyperedges and query-adaptive reranking.
 //!
-//! The crate depends on no ML library: the dense route takes any [`dense::Embedder`]
-//! (memkit-infer provides all-MiniLM-L6-v2 in candle).
+//! The crate depends on no ML library by default: the dense route takes any
+//! [`dense::Embedder`].
+//!
+//! # Features
+//!
+//! - `dense`: implements [`dense::Embedder`] for memkit-infer's `SentenceEmbedder`
+//!   (all-MiniLM-L6-v2 in candle), so the dense route and the update step use real embeddings.
 
 pub mod bm25;
 pub mod dense;

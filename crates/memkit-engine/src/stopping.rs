@@ -131,7 +131,8 @@ pub fn classify_query(question: &str) -> QueryType {
     let has = |phrase: &str| contains_phrase(&words, phrase);
     let first = words.first().map(String::as_str).unwrap_or("");
 
-    let judgment_cue = ["would", "likely", "might", "could", "potentially", "probably", "do you think", "is it possible"].iter().any(|p| has(p));
+    let judgment_cue =
+        ["would", "likely", "might", "could", "potentially", "probably", "do you think", "is it possible"].iter().any(|p| has(p));
     if judgment_cue {
         return QueryType::Judgment;
     }

@@ -4,7 +4,8 @@
 //!
 //! Corpus: a fixed extraction-style system prompt (about 200 tokens) shared by four requests
 //! of one short dialogue each (about 50 tokens); greedy decoding. Each figure is the best of
-//! `MEMKIT_BENCH_REPEATS` runs (default 3), which is the least disturbed on a shared machine.
+//! `MEMKIT_BENCH_REPEATS` runs (default 3), which is the least disturbed on a shared machine;
+//! `MEMKIT_BENCH_THREADS` sets llama.cpp's threads (default: the available cores).
 //!
 //! Run with `cargo bench -p memkit-infer --bench generate` (or `--profile dev`, which builds
 //! llama.cpp as RelWithDebInfo and reuses the test build). The model comes from
@@ -45,10 +46,7 @@ fn user_turn(dialogue: &str) -> String {
 }
 
 fn requests(max_tokens: usize) -> Vec<GenerateRequest> {
-    DIALOGUES
-        .iter()
-        .map(|d| GenerateRequest::new(user_turn(d)).with_max_tokens(max_tokens))
-        .collect()
+    DIALOGUES.iter().map(|d| GenerateRequest::new(user_turn(d)).with_max_tokens(max_tokens)).collect()
 }
 
 /// Best wall time of `repeats` runs, in seconds, and the generations of the last run.
@@ -64,15 +62,8 @@ fn best<T>(repeats: usize, mut run: impl FnMut() -> T) -> (f64, T) {
     (best, last.expect("at least one repeat"))
 }
 
-fn load(path: &PathBuf, n_seq_max: u32) -> LlamaEngine {
-    LlamaEngine::load(
-        path,
-        EngineOptions {
-            n_seq_max,
-            ..EngineOptions::default()
-        },
-    )
-    .expect("load SmolLM2")
+fn load(path: &PathBuf, n_seq_max: u32, n_threads: usize) -> LlamaEngine {
+    LlamaEngine::load(path, EngineOptions { n_seq_max, n_threads, ..EngineOptions::default() }).expect("load SmolLM2")
 }
 
 fn tokens(generations: &[Generation]) -> usize {
@@ -80,32 +71,22 @@ fn tokens(generations: &[Generation]) -> usize {
 }
 
 fn main() {
-    let Some(path) = std::env::var_os("MEMKIT_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| models::locate(models::SMOLLM2_135M.name))
+    let Some(path) = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name))
     else {
         println!("skipped: smollm2-135m is not installed (models fetch step or MEMKIT_SMOLLM2_GGUF)");
         return;
     };
-    let repeats: usize = std::env::var("MEMKIT_BENCH_REPEATS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-    let threads = EngineOptions::default().n_threads;
+    let repeats: usize = std::env::var("MEMKIT_BENCH_REPEATS").ok().and_then(|r| r.parse().ok()).unwrap_or(3).max(1);
+    let threads = std::env::var("MEMKIT_BENCH_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(EngineOptions::default().n_threads);
     println!("SmolLM2-135M-Instruct Q4_1, {threads} threads, best of {repeats}");
 
-    let mut single = load(&path, 2);
-    let mut batched = load(&path, 5);
+    let mut single = load(&path, 2, threads);
+    let mut batched = load(&path, 5, threads);
 
     // Prefill: the whole prompt, one token out.
     let full_prompt = format!("{SYSTEM}{}", user_turn(DIALOGUES[0]));
     let g = (0..repeats)
-        .map(|_| {
-            single
-                .generate(&GenerateRequest::new(full_prompt.as_str()).with_max_tokens(1))
-                .unwrap()
-        })
+        .map(|_| single.generate(&GenerateRequest::new(full_prompt.as_str()).with_max_tokens(1)).unwrap())
         .min_by(|a, b| a.timings.prefill_ms.total_cmp(&b.timings.prefill_ms))
         .expect("at least one repeat");
     println!(
@@ -117,11 +98,7 @@ fn main() {
 
     // Decode: one sequence, up to 64 tokens (the first is sampled from the prefill's logits).
     let g = (0..repeats)
-        .map(|_| {
-            single
-                .generate(&GenerateRequest::new(full_prompt.as_str()).with_max_tokens(64))
-                .unwrap()
-        })
+        .map(|_| single.generate(&GenerateRequest::new(full_prompt.as_str()).with_max_tokens(64)).unwrap())
         .min_by(|a, b| a.timings.decode_ms.total_cmp(&b.timings.decode_ms))
         .expect("at least one repeat");
     println!(
@@ -144,20 +121,14 @@ fn main() {
             })
             .collect();
         // 1. No reuse, no batching: each full prompt on its own.
-        let (t_seq, g_seq) = best(repeats, || {
-            full.iter()
-                .map(|r| single.generate(r).unwrap())
-                .collect::<Vec<_>>()
-        });
+        let (t_seq, g_seq) = best(repeats, || full.iter().map(|r| single.generate(r).unwrap()).collect::<Vec<_>>());
         // 2. Prefix reuse only: the prefix once, then the four requests one at a time.
         let (t_reuse, g_reuse) = best(repeats, || single.generate_batch(SYSTEM, &reqs).unwrap());
         // 3. Batching only: the four full prompts decoded together.
         let (t_batch, g_batch) = best(repeats, || batched.generate_batch("", &full).unwrap());
         // 4. Both.
         let (t_both, g_both) = best(repeats, || batched.generate_batch(SYSTEM, &reqs).unwrap());
-        let same = |a: &[Generation], b: &[Generation]| {
-            a.iter().zip(b).filter(|(x, y)| x.text == y.text).count()
-        };
+        let same = |a: &[Generation], b: &[Generation]| a.iter().zip(b).filter(|(x, y)| x.text == y.text).count();
         println!(
             "4 requests, max_tokens {max_tokens} ({} / {} / {} / {} tokens out):",
             tokens(&g_seq),
@@ -166,23 +137,8 @@ fn main() {
             tokens(&g_both)
         );
         println!("  sequential, full prompts  {:8.1} ms", t_seq * 1e3);
-        println!(
-            "  prefix reuse             {:8.1} ms  {:.2}x  (same text {}/4)",
-            t_reuse * 1e3,
-            t_seq / t_reuse,
-            same(&g_seq, &g_reuse)
-        );
-        println!(
-            "  batched (4 sequences)    {:8.1} ms  {:.2}x  (same text {}/4)",
-            t_batch * 1e3,
-            t_seq / t_batch,
-            same(&g_seq, &g_batch)
-        );
-        println!(
-            "  prefix reuse + batched   {:8.1} ms  {:.2}x  (same text {}/4)",
-            t_both * 1e3,
-            t_seq / t_both,
-            same(&g_seq, &g_both)
-        );
+        println!("  prefix reuse             {:8.1} ms  {:.2}x  (same text {}/4)", t_reuse * 1e3, t_seq / t_reuse, same(&g_seq, &g_reuse));
+        println!("  batched (4 sequences)    {:8.1} ms  {:.2}x  (same text {}/4)", t_batch * 1e3, t_seq / t_batch, same(&g_seq, &g_batch));
+        println!("  prefix reuse + batched   {:8.1} ms  {:.2}x  (same text {}/4)", t_both * 1e3, t_seq / t_both, same(&g_seq, &g_both));
     }
 }

@@ -14,26 +14,18 @@
 
 use std::path::PathBuf;
 
-use memkit_infer::generate::{
-    EngineOptions, FinishReason, GenerateError, GenerateRequest, Generation, LlamaEngine, Prompt,
-    Sampling,
-};
+use memkit_infer::generate::{EngineOptions, FinishReason, GenerateError, GenerateRequest, Generation, LlamaEngine, Prompt, Sampling};
 use memkit_infer::{Error, models};
 use memkit_schema::{ExtractorSchemaOptions, extractor_json_schema};
 
 /// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
 #[allow(clippy::print_stderr)]
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| models::locate(models::SMOLLM2_135M.name));
+    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name));
     if path.is_none() {
         let reason = "smollm2-135m is not installed: run the models fetch step or set \
                       MEMKIT_SMOLLM2_GGUF";
-        assert!(
-            std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "MEMKIT_REQUIRE_MODELS=1 but {reason}"
-        );
+        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
         eprintln!("skipped: {reason}");
     }
     path
@@ -42,11 +34,7 @@ fn smollm2() -> Option<PathBuf> {
 /// Tests run in parallel on a small machine: one llama.cpp thread each, so that they do not
 /// contend for cores.
 fn options() -> EngineOptions {
-    EngineOptions {
-        n_ctx: 2048,
-        n_threads: 1,
-        ..EngineOptions::default()
-    }
+    EngineOptions { n_ctx: 2048, n_threads: 1, ..EngineOptions::default() }
 }
 
 const SYSTEM: &str = "<|im_start|>system\nYou are a helpful assistant. Answer briefly and \
@@ -65,21 +53,12 @@ const QUESTIONS: [&str; 4] = [
 
 /// Requests that finish at different times: different prompts and different caps.
 fn requests() -> Vec<GenerateRequest> {
-    QUESTIONS
-        .iter()
-        .zip([12, 40, 20, 32])
-        .map(|(q, max_tokens)| GenerateRequest::new(user_turn(q)).with_max_tokens(max_tokens))
-        .collect()
+    QUESTIONS.iter().zip([12, 40, 20, 32]).map(|(q, max_tokens)| GenerateRequest::new(user_turn(q)).with_max_tokens(max_tokens)).collect()
 }
 
 /// What must agree between two runs that should be equivalent (timings differ).
 fn outcome(g: &Generation) -> (String, usize, usize, FinishReason) {
-    (
-        g.text.clone(),
-        g.prompt_tokens,
-        g.completion_tokens,
-        g.finish_reason,
-    )
+    (g.text.clone(), g.prompt_tokens, g.completion_tokens, g.finish_reason)
 }
 
 #[test]
@@ -106,12 +85,7 @@ fn greedy_is_deterministic_and_counts_tokens() {
 
     // The same request as token ids gives the same result.
     let tokens = engine.tokenize(&prompt, true);
-    let by_tokens = engine
-        .generate(&GenerateRequest {
-            prompt: Prompt::Tokens(tokens),
-            ..request.clone()
-        })
-        .unwrap();
+    let by_tokens = engine.generate(&GenerateRequest { prompt: Prompt::Tokens(tokens), ..request.clone() }).unwrap();
     assert_eq!(outcome(&by_tokens), outcome(&first));
 }
 
@@ -120,12 +94,8 @@ fn max_tokens_ends_with_length_and_is_a_prefix_of_the_longer_run() {
     let Some(path) = smollm2() else { return };
     let mut engine = LlamaEngine::load(&path, options()).unwrap();
     let prompt = format!("{SYSTEM}{}", user_turn("Tell me a long story about a dragon."));
-    let long = engine
-        .generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(24))
-        .unwrap();
-    let short = engine
-        .generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(5))
-        .unwrap();
+    let long = engine.generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(24)).unwrap();
+    let short = engine.generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(5)).unwrap();
     assert_eq!(short.finish_reason, FinishReason::Length);
     assert_eq!(short.completion_tokens, 5);
     assert!(long.completion_tokens > 5, "{long:?}");
@@ -137,9 +107,7 @@ fn stop_string_cuts_the_text_before_it() {
     let Some(path) = smollm2() else { return };
     let mut engine = LlamaEngine::load(&path, options()).unwrap();
     let prompt = format!("{SYSTEM}{}", user_turn(QUESTIONS[3]));
-    let free = engine
-        .generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(40))
-        .unwrap();
+    let free = engine.generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(40)).unwrap();
     let chars: Vec<(usize, char)> = free.text.char_indices().collect();
     assert!(chars.len() >= 12, "completion too short to cut: {free:?}");
     // A stop string from the middle of the free completion, so it straddles tokens somewhere.
@@ -148,13 +116,8 @@ fn stop_string_cuts_the_text_before_it() {
     let stop = &free.text[start..end];
     let cut = free.text.find(stop).unwrap();
 
-    let stopped = engine
-        .generate(
-            &GenerateRequest::new(prompt.as_str())
-                .with_max_tokens(40)
-                .with_stop(["never appears \u{2603}", stop]),
-        )
-        .unwrap();
+    let stopped =
+        engine.generate(&GenerateRequest::new(prompt.as_str()).with_max_tokens(40).with_stop(["never appears \u{2603}", stop])).unwrap();
     assert_eq!(stopped.finish_reason, FinishReason::StopString);
     assert_eq!(stopped.text, free.text[..cut]);
     assert!(stopped.completion_tokens <= free.completion_tokens);
@@ -184,23 +147,9 @@ fn batched_outputs_equal_sequential_outputs() {
 
     // Chunks of two sequences (n_seq_max 3) and a context that cannot hold all four at once
     // give the same results again.
-    let mut chunked = LlamaEngine::load(
-        &path,
-        EngineOptions {
-            n_seq_max: 3,
-            ..options()
-        },
-    )
-    .unwrap();
+    let mut chunked = LlamaEngine::load(&path, EngineOptions { n_seq_max: 3, ..options() }).unwrap();
     let in_chunks = chunked.generate_batch(SYSTEM, &requests).unwrap();
-    let mut small = LlamaEngine::load(
-        &path,
-        EngineOptions {
-            n_ctx: 256,
-            ..options()
-        },
-    )
-    .unwrap();
+    let mut small = LlamaEngine::load(&path, EngineOptions { n_ctx: 256, ..options() }).unwrap();
     let small_ctx = small.generate_batch(SYSTEM, &requests).unwrap();
     for ((b, c), s) in batched.iter().zip(&in_chunks).zip(&small_ctx) {
         assert_eq!(outcome(b), outcome(c));
@@ -220,38 +169,42 @@ fn prefix_reuse_equals_split_prefill_control() {
     // the next, as in prefix reuse. (Evaluating everything in one call may flip a near-tie
     // token: llama.cpp's numerics depend on how a prompt is split into calls.)
     let prefix = engine.tokenize(SYSTEM, true);
-    let mut control = LlamaEngine::load(
-        &path,
-        EngineOptions {
-            n_batch: u32::try_from(prefix.len()).unwrap(),
-            ..options()
-        },
-    )
-    .unwrap();
+    let mut control = LlamaEngine::load(&path, EngineOptions { n_batch: u32::try_from(prefix.len()).unwrap(), ..options() }).unwrap();
     for (request, reused) in requests.iter().zip(&reused) {
-        let Prompt::Text(question) = &request.prompt else {
-            unreachable!()
-        };
+        let Prompt::Text(question) = &request.prompt else { unreachable!() };
         let question = engine.tokenize(question, false);
         assert!(question.len() <= prefix.len(), "the question must fit one call");
-        let whole = GenerateRequest {
-            prompt: Prompt::Tokens([prefix.as_slice(), &question].concat()),
-            ..request.clone()
-        };
+        let whole = GenerateRequest { prompt: Prompt::Tokens([prefix.as_slice(), &question].concat()), ..request.clone() };
         let split = control.generate(&whole).unwrap();
         assert_eq!(outcome(reused), outcome(&split));
+    }
+}
+
+/// Adds `maxLength` to every string schema in `schema` that has neither a length cap nor an
+/// enum.
+fn bound_strings(schema: &mut serde_json::Value, max_length: usize) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            if map.get("type").and_then(|t| t.as_str()) == Some("string") && !map.contains_key("maxLength") && !map.contains_key("enum") {
+                map.insert("maxLength".into(), max_length.into());
+            }
+            map.values_mut().for_each(|v| bound_strings(v, max_length));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| bound_strings(v, max_length)),
+        _ => {}
     }
 }
 
 #[test]
 fn json_schema_output_always_parses_and_respects_caps() {
     let Some(path) = smollm2() else { return };
-    let caps = ExtractorSchemaOptions {
-        max_memories: 2,
-        max_keywords: 2,
-        max_content_chars: 60,
-    };
-    let schema = extractor_json_schema(caps);
+    let caps = ExtractorSchemaOptions { max_memories: 2, max_keywords: 2, max_content_chars: 60 };
+    // The extractor schema leaves most strings unbounded; SmolLM2 loops inside one until
+    // max_tokens (seen: a "location" of 500 letters and colons). Bounding them keeps the
+    // caps under test (maxItems, content's maxLength, the enum) and makes the output finite,
+    // so every request must end with Stop.
+    let mut schema = extractor_json_schema(caps);
+    bound_strings(&mut schema, 40);
     let system = "<|im_start|>system\nExtract memories from the dialogue as JSON.<|im_end|>\n";
     let dialogue = user_turn(
         "[1] Caroline: I went to a support group yesterday in Boston.\n\
@@ -260,37 +213,22 @@ fn json_schema_output_always_parses_and_respects_caps() {
     );
     let samplings = [
         Sampling::Greedy,
-        Sampling::Temperature {
-            temperature: 0.8,
-            top_p: 0.95,
-            seed: 1,
-        },
-        Sampling::Temperature {
-            temperature: 1.2,
-            top_p: 1.0,
-            seed: 2,
-        },
-        Sampling::Temperature {
-            temperature: 1.0,
-            top_p: 0.9,
-            seed: 3,
-        },
+        Sampling::Temperature { temperature: 0.8, top_p: 0.95, seed: 1 },
+        Sampling::Temperature { temperature: 1.2, top_p: 1.0, seed: 2 },
+        Sampling::Temperature { temperature: 1.0, top_p: 0.9, seed: 3 },
     ];
     let requests: Vec<GenerateRequest> = samplings
         .iter()
         .map(|&sampling| {
-            GenerateRequest::new(dialogue.as_str())
-                .with_max_tokens(600)
-                .with_sampling(sampling)
-                .with_json_schema(schema.clone())
+            GenerateRequest::new(dialogue.as_str()).with_max_tokens(600).with_sampling(sampling).with_json_schema(schema.clone())
         })
         .collect();
     let mut engine = LlamaEngine::load(&path, options()).unwrap();
     let generations = engine.generate_batch(system, &requests).unwrap();
     for g in &generations {
         assert_eq!(g.finish_reason, FinishReason::Stop, "{g:?}");
-        let value: serde_json::Value = serde_json::from_str(&g.text)
-            .unwrap_or_else(|e| panic!("constrained output does not parse ({e}): {}", g.text));
+        let value: serde_json::Value =
+            serde_json::from_str(&g.text).unwrap_or_else(|e| panic!("constrained output does not parse ({e}): {}", g.text));
         let memories = value["memories"].as_array().expect("memories array");
         assert!(memories.len() <= caps.max_memories, "{}", g.text);
         for memory in memories {
@@ -305,8 +243,8 @@ fn json_schema_output_always_parses_and_respects_caps() {
     }
 
     // Sampling with a seed is reproducible, constrained or not.
-    let again = engine.generate(&requests[1]).unwrap();
-    assert_eq!(again.text, generations[1].text);
+    let again = engine.generate_batch(system, &requests[1..2]).unwrap();
+    assert_eq!(again[0].text, generations[1].text);
 }
 
 #[test]
@@ -317,41 +255,22 @@ fn bad_requests_are_errors_that_name_the_request() {
 
     let too_long = ok.clone().with_max_tokens(10_000);
     let err = engine.generate_batch(SYSTEM, &[ok.clone(), too_long]).unwrap_err();
-    assert!(
-        matches!(err, Error::Generate(GenerateError::ContextFull { index: 1, .. })),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Generate(GenerateError::ContextFull { index: 1, .. })), "{err}");
 
     let bad_schema = ok.clone().with_json_schema(serde_json::json!({"type": "no-such-type"}));
     let err = engine.generate(&bad_schema).unwrap_err();
-    assert!(
-        matches!(err, Error::Generate(GenerateError::JsonSchema { index: 0, .. })),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Generate(GenerateError::JsonSchema { index: 0, .. })), "{err}");
 
     let out_of_vocab = GenerateRequest::new(vec![1, 2, 1_000_000]);
     let err = engine.generate(&out_of_vocab).unwrap_err();
-    assert!(
-        matches!(err, Error::Generate(GenerateError::TokenOutOfRange { token: 1_000_000, .. })),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Generate(GenerateError::TokenOutOfRange { token: 1_000_000, .. })), "{err}");
 
-    let cold = ok.with_sampling(Sampling::Temperature {
-        temperature: 0.0,
-        top_p: 1.0,
-        seed: 0,
-    });
+    let cold = ok.with_sampling(Sampling::Temperature { temperature: 0.0, top_p: 1.0, seed: 0 });
     let err = engine.generate(&cold).unwrap_err();
-    assert!(
-        matches!(err, Error::Generate(GenerateError::InvalidRequest { index: 0, .. })),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Generate(GenerateError::InvalidRequest { index: 0, .. })), "{err}");
 
     let missing = LlamaEngine::load(path.with_extension("missing"), options()).unwrap_err();
-    assert!(
-        matches!(missing, Error::Generate(GenerateError::ModelNotFound { .. })),
-        "{missing}"
-    );
+    assert!(matches!(missing, Error::Generate(GenerateError::ModelNotFound { .. })), "{missing}");
 }
 
 #[test]
@@ -378,11 +297,7 @@ fn tokenizer_template_and_metadata() {
     assert_eq!(meta.n_embd, 576);
     assert!(meta.n_params > 130_000_000 && meta.n_params < 140_000_000, "{}", meta.n_params);
     assert_eq!(meta.metadata.get("general.architecture").map(String::as_str), Some("llama"));
-    assert_eq!(
-        meta.metadata.get("tokenizer.chat_template"),
-        Some(&template),
-        "the template is the GGUF metadata value"
-    );
+    assert_eq!(meta.metadata.get("tokenizer.chat_template"), Some(&template), "the template is the GGUF metadata value");
     // With add_special, BOS is prepended only if the GGUF asks for it.
     let with_special = engine.tokenize("Hello", true);
     let plain = engine.tokenize("Hello", false);

@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn unset_special_tokens_are_undefined_and_set_ones_are_strings() {
-        assert_eq!(render_str("{{ bos_token }}|{{ eos_token is defined }}").unwrap(), "<s>|false");
+        assert_eq!(render_str("{{ bos_token }}|{{ eos_token is defined }}").unwrap(), "<s>|False");
     }
 
     #[test]

@@ -105,7 +105,9 @@ impl AnswerMemory {
     /// A memory record, with the day of its source message.
     pub fn from_record(record: &MemoryRecord) -> Self {
         let ts = record.pointer.timestamp.as_str();
-        let said_on = NaiveDateTime::parse_from_str(ts, "%Y-%m-%dT%H:%M:%S").map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_else(|_| ts.to_string());
+        let said_on = NaiveDateTime::parse_from_str(ts, "%Y-%m-%dT%H:%M:%S")
+            .map(|t| t.format("%Y-%m-%d").to_string())
+            .unwrap_or_else(|_| ts.to_string());
         AnswerMemory {
             content: record.content.clone(),
             memory_type: Some(record.memory_type),
@@ -174,7 +176,8 @@ impl Prompts {
         // A misspelt variable in a prompt must fail, not render as nothing.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         for (name, source) in &sources {
-            env.add_template_owned(name.file_name(), source.clone()).map_err(|e| Error::Prompt { name: name.file_name().into(), source: e })?;
+            env.add_template_owned(name.file_name(), source.clone())
+                .map_err(|e| Error::Prompt { name: name.file_name().into(), source: e })?;
         }
         Ok(Prompts { env, sources: sources.into() })
     }

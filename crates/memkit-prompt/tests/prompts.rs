@@ -37,7 +37,12 @@ fn fixture_windows() -> Vec<Window> {
                 turns: vec![
                     turn("D1:1", "Ann", "Hey Bo! Guess what, I adopted a dog yesterday.", at(8, 13, 56)),
                     turn("D1:2", "Bo", "No way! What's his name?", at(8, 13, 56)),
-                    turn("D1:3", "Ann", "Rex. I got him from the shelter on Elm Street because\nI wanted company while working from home.", at(8, 13, 57)),
+                    turn(
+                        "D1:3",
+                        "Ann",
+                        "Rex. I got him from the shelter on Elm Street because\nI wanted company while working from home.",
+                        at(8, 13, 57),
+                    ),
                     photo,
                 ],
             },
@@ -209,7 +214,8 @@ fn segments_become_hyperedges_with_turn_ids() {
 #[test]
 fn a_folder_overrides_single_prompts() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("judge.j2"), "{% block system %}Grade.{% endblock %}{% block user %}{{ answer }}{% endblock %}").unwrap();
+    std::fs::write(dir.path().join("judge.j2"), "{% block system %}Grade.{% endblock %}{% block user %}{{ answer }}{% endblock %}")
+        .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
     let p = Prompts::from_dir(dir.path()).unwrap();
     let judged = p.render_judge("q", "g", " a ").unwrap();

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use memkit_engine::dense::HashingEmbedder;
+use memkit_engine::dense::{Embedder, HashingEmbedder};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
 use memkit_engine::store::{IngestBatch, MemoryStore, SqliteStore};
 use memkit_engine::update::{RuleConsolidator, UpdateConfig, update};
@@ -36,12 +36,24 @@ pub struct Args {
     /// Consolidate new records against stored ones instead of appending them.
     #[arg(long)]
     update: bool,
+    /// all-MiniLM-L6-v2 directory for --update (default: the installed one; without it, a
+    /// lexical hashing embedder is used and a warning says so).
+    #[arg(long)]
+    embedder_dir: Option<PathBuf>,
 }
 
 pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     let dialogues = args.dialogues.load()?;
     let mut store = SqliteStore::open(&args.db)?;
     let given = args.records.as_deref().map(super::read_records).transpose()?;
+    let embedder: Box<dyn Embedder> = match (args.update, super::load_embedder(args.embedder_dir.as_deref())?) {
+        (true, Some(e)) => Box::new(e),
+        (true, None) => {
+            tracing::warn!("all-MiniLM-L6-v2 is not installed (`memkit models fetch all-minilm-l6-v2`): --update uses the lexical hashing embedder");
+            Box::new(HashingEmbedder::default())
+        }
+        (false, _) => Box::new(HashingEmbedder::default()),
+    };
     let bar = bars.bar(dialogues.len() as u64, "ingest");
     let rule = RuleExtractor::default();
     let (mut stored, mut stats_total) = (0usize, Vec::new());
@@ -55,9 +67,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         stored += records.len();
         if args.update {
             store.ingest(&batch).with_context(|| format!("ingesting dialogue {}", d.id))?;
-            // The lexical hashing embedder until the MiniLM embedder is wired into the CLI.
-            let embedder = HashingEmbedder::default();
-            let stats = update(&mut store, records, &embedder, &RuleConsolidator::default(), &UpdateConfig::default())
+            let stats = update(&mut store, records, &*embedder, &RuleConsolidator::default(), &UpdateConfig::default())
                 .with_context(|| format!("updating memory with dialogue {}", d.id))?;
             stats_total.push(stats);
         } else {

@@ -3,6 +3,7 @@
 pub mod eval;
 pub mod extract;
 pub mod ingest;
+pub mod models;
 pub mod query;
 
 use std::io::BufRead;
@@ -80,4 +81,15 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<MemoryRecord>> {
         out.push(record);
     }
     Ok(out)
+}
+
+/// Loads all-MiniLM-L6-v2 from `dir`, or from the models directory when installed.
+pub fn load_embedder(dir: Option<&Path>) -> anyhow::Result<Option<std::sync::Arc<memkit_infer::SentenceEmbedder>>> {
+    let dir = match dir {
+        Some(d) => Some(d.to_path_buf()),
+        None => memkit_infer::models::locate(memkit_infer::models::ALL_MINILM_L6_V2.name),
+    };
+    let Some(dir) = dir else { return Ok(None) };
+    let embedder = memkit_infer::SentenceEmbedder::load(&dir).with_context(|| format!("loading the embedder from {}", dir.display()))?;
+    Ok(Some(std::sync::Arc::new(embedder)))
 }

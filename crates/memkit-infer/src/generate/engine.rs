@@ -29,6 +29,12 @@ use crate::Result;
 /// The sequence that holds the shared prefix; requests use sequences `1..n_seq_max`.
 const PREFIX_SEQ: i32 = 0;
 
+/// Whitespace allowed between JSON tokens unless the schema sets llguidance's `x-guidance`
+/// options: what llama.cpp's JSON grammars allow (a space, or one or two newlines and an indent
+/// of up to 20 spaces or tabs). llguidance's default allows any run of whitespace, on which a
+/// small model can loop until `max_tokens`.
+const JSON_WHITESPACE: &str = r"(?:[ ]|\n{1,2}[ \t]{0,20})";
+
 /// Sizes of the context and of the thread pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -50,23 +56,13 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self {
-            n_ctx: 4096,
-            n_threads: std::thread::available_parallelism().map_or(1, usize::from),
-            n_batch: 512,
-            n_seq_max: 5,
-        }
+        Self { n_ctx: 4096, n_threads: std::thread::available_parallelism().map_or(1, usize::from), n_batch: 512, n_seq_max: 5 }
     }
 }
 
 impl EngineOptions {
     fn validate(&self) -> Result<(), GenerateError> {
-        let invalid = |option, reason: &str| {
-            Err(GenerateError::InvalidOptions {
-                option,
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |option, reason: &str| Err(GenerateError::InvalidOptions { option, reason: reason.to_owned() });
         if self.n_ctx == 0 {
             return invalid("n_ctx", "must be at least 1");
         }
@@ -74,16 +70,10 @@ impl EngineOptions {
             return invalid("n_threads", "must be at least 1");
         }
         if self.n_seq_max < 2 {
-            return invalid(
-                "n_seq_max",
-                "must be at least 2 (one sequence holds the shared prefix)",
-            );
+            return invalid("n_seq_max", "must be at least 2 (one sequence holds the shared prefix)");
         }
         if self.n_batch < self.n_seq_max {
-            return invalid(
-                "n_batch",
-                "must be at least n_seq_max (a decode step holds one token per sequence)",
-            );
+            return invalid("n_batch", "must be at least n_seq_max (a decode step holds one token per sequence)");
         }
         Ok(())
     }
@@ -189,17 +179,11 @@ impl LlamaEngine {
         let path = path.as_ref();
         options.validate()?;
         if !path.is_file() {
-            return Err(GenerateError::ModelNotFound {
-                path: path.to_path_buf(),
-            }
-            .into());
+            return Err(GenerateError::ModelNotFound { path: path.to_path_buf() }.into());
         }
         let backend = backend()?;
         let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
-            .map_err(|source| GenerateError::LoadModel {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            .map_err(|source| GenerateError::LoadModel { path: path.to_path_buf(), source })?;
         let threads = i32::try_from(options.n_threads).unwrap_or(i32::MAX);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(options.n_ctx))
@@ -210,29 +194,19 @@ impl LlamaEngine {
             .with_n_threads_batch(threads)
             // Without it, copying a prefix between sequences aborts the process.
             .with_kv_unified(true);
-        let context =
-            model
-                .new_context(backend, params)
-                .map_err(|source| GenerateError::CreateContext {
-                    path: path.to_path_buf(),
-                    n_ctx: options.n_ctx,
-                    source,
-                })?;
+        let context = model.new_context(backend, params).map_err(|source| GenerateError::CreateContext {
+            path: path.to_path_buf(),
+            n_ctx: options.n_ctx,
+            source,
+        })?;
         // SAFETY: the lifetime only records that the context must not outlive the model (the
         // context keeps a pointer to the C model, not to the Rust value, so moving `model` is
         // fine). Both live in the same struct, `context` is declared first so it drops first,
         // and the `'static` context is never handed out.
         #[allow(unsafe_code)]
-        let context =
-            unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(context) };
+        let context = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(context) };
         tracing::debug!(n_ctx = context.n_ctx(), threads, "llama.cpp context ready");
-        Ok(Self {
-            context,
-            model,
-            parser_factory: None,
-            path: path.to_path_buf(),
-            options,
-        })
+        Ok(Self { context, model, parser_factory: None, path: path.to_path_buf(), options })
     }
 
     /// The options the engine was loaded with.
@@ -266,13 +240,15 @@ impl LlamaEngine {
         let n_vocab = self.model.n_vocab();
         tokens
             .iter()
-            .map(|&token| {
-                if (0..n_vocab).contains(&token) {
-                    Ok(LlamaToken(token))
-                } else {
-                    Err(GenerateError::TokenOutOfRange { token, n_vocab })
-                }
-            })
+            .map(
+                |&token| {
+                    if (0..n_vocab).contains(&token) {
+                        Ok(LlamaToken(token))
+                    } else {
+                        Err(GenerateError::TokenOutOfRange { token, n_vocab })
+                    }
+                },
+            )
             .collect()
     }
 
@@ -286,10 +262,7 @@ impl LlamaEngine {
     pub fn model_meta(&self) -> Result<ModelMeta> {
         let mut metadata = BTreeMap::new();
         for index in 0..self.model.meta_count() {
-            let at = |source| GenerateError::Metadata {
-                key: format!("#{index}"),
-                source,
-            };
+            let at = |source| GenerateError::Metadata { key: format!("#{index}"), source };
             let key = self.model.meta_key_by_index(index).map_err(at)?;
             let value = self.model.meta_val_str_by_index(index).map_err(at)?;
             metadata.insert(key, value);
@@ -331,32 +304,27 @@ impl LlamaEngine {
     /// each has its own sampler and stops on its own. The KV cache is cleared first, so
     /// nothing carries over between calls. Results are in the order of `requests`.
     ///
+    /// Each prompt is evaluated in calls of its own, so that a request's output does not
+    /// depend on the requests batched with it (llama.cpp's kernels are not bit-identical
+    /// across call shapes). With greedy sampling a request gives the same tokens here as alone
+    /// with the same prefix, except that prompts of 64 tokens or more can differ in the last
+    /// bits (the attention kernel for them groups cache cells in tiles by position).
+    ///
     /// BOS is added to the prefix, or to the prompt when the prefix is empty.
     #[instrument(skip_all, fields(requests = requests.len(), prefix_bytes = prefix.len()))]
-    pub fn generate_batch(
-        &mut self,
-        prefix: &str,
-        requests: &[GenerateRequest],
-    ) -> Result<Vec<Generation>> {
+    pub fn generate_batch(&mut self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
         let n_ctx = self.context.n_ctx();
-        let prefix_tokens = if prefix.is_empty() {
-            Vec::new()
-        } else {
-            self.tokens(prefix, true)
-        };
+        let prefix_tokens = if prefix.is_empty() { Vec::new() } else { self.tokens(prefix, true) };
         let mut slots = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
             let prompt = match &request.prompt {
                 Prompt::Text(text) => self.tokens(text, prefix_tokens.is_empty()),
                 Prompt::Tokens(tokens) => self.checked_tokens(tokens)?,
             };
-            let invalid = |reason: &str| GenerateError::InvalidRequest {
-                index,
-                reason: reason.to_owned(),
-            };
+            let invalid = |reason: &str| GenerateError::InvalidRequest { index, reason: reason.to_owned() };
             if prompt.is_empty() {
                 return Err(invalid("the prompt has no tokens").into());
             }
@@ -365,12 +333,7 @@ impl LlamaEngine {
             }
             let needed = prefix_tokens.len() + prompt.len() + request.max_tokens;
             if needed > n_ctx as usize {
-                return Err(GenerateError::ContextFull {
-                    index,
-                    needed,
-                    n_ctx,
-                }
-                .into());
+                return Err(GenerateError::ContextFull { index, needed, n_ctx }.into());
             }
             let sampler = self.sampler(index, request)?;
             slots.push(Slot {
@@ -419,18 +382,11 @@ impl LlamaEngine {
             start = end;
         }
         let prefix_len = prefix_tokens.len();
-        Ok(slots
-            .into_iter()
-            .map(|slot| slot.into_generation(prefix_len))
-            .collect())
+        Ok(slots.into_iter().map(|slot| slot.into_generation(prefix_len)).collect())
     }
 
     /// Evaluates the shared prefix into [`PREFIX_SEQ`], `n_batch` tokens per call; no logits.
-    fn prefill_prefix(
-        &mut self,
-        tokens: &[LlamaToken],
-        batch: &mut LlamaBatch,
-    ) -> Result<(), GenerateError> {
+    fn prefill_prefix(&mut self, tokens: &[LlamaToken], batch: &mut LlamaBatch) -> Result<(), GenerateError> {
         for (piece_index, piece) in tokens.chunks(self.options.n_batch as usize).enumerate() {
             batch.clear();
             let first = piece_index * self.options.n_batch as usize;
@@ -444,12 +400,7 @@ impl LlamaEngine {
 
     /// Decodes `slots` together until each has finished, then frees their sequences (the
     /// prefix stays for the next chunk).
-    fn run_chunk(
-        &mut self,
-        slots: &mut [Slot<'_>],
-        prefix_len: usize,
-        batch: &mut LlamaBatch,
-    ) -> Result<(), GenerateError> {
+    fn run_chunk(&mut self, slots: &mut [Slot<'_>], prefix_len: usize, batch: &mut LlamaBatch) -> Result<(), GenerateError> {
         let n_batch = self.options.n_batch as usize;
         let context = &mut self.context;
         let vocab = self.model.vocab();
@@ -463,39 +414,33 @@ impl LlamaEngine {
             }
         }
 
-        // Prompt prefill: the prompts of all sequences share batches; only each prompt's last
-        // token needs logits, and its first completion token is sampled right after the call
-        // that computed them (the next call overwrites the logits).
+        // Prompt prefill, one sequence at a time in its own llama_decode calls: the numerics
+        // of llama.cpp's CPU kernels depend on the shape of a call (attention over 64 or more
+        // query rows takes a tiled path), so packing several prompts into one call would make
+        // a request's output depend on the requests batched with it. Only a prompt's last
+        // token needs logits; its first completion token is sampled right after that call
+        // (the next call overwrites the logits).
         let started = Instant::now();
-        let mut owners: Vec<(usize, i32)> = Vec::with_capacity(slots.len());
-        batch.clear();
-        for k in 0..slots.len() {
-            let n_prompt = slots[k].prompt.len();
-            for j in 0..n_prompt {
-                if batch.n_tokens() as usize == n_batch {
-                    context.decode(batch)?;
-                    for &(owner, index) in &owners {
-                        slots[owner].sample(context, &vocab, index);
-                    }
-                    owners.clear();
-                    batch.clear();
+        for slot in slots.iter_mut() {
+            let n_prompt = slot.prompt.len();
+            for (piece_index, piece) in slot.prompt.chunks(n_batch).enumerate() {
+                batch.clear();
+                for (offset, &token) in piece.iter().enumerate() {
+                    let last = piece_index * n_batch + offset + 1 == n_prompt;
+                    batch.add(token, slot.pos, &[slot.seq], last)?;
+                    slot.pos += 1;
                 }
-                let slot = &mut slots[k];
-                let last = j + 1 == n_prompt;
-                batch.add(slot.prompt[j], slot.pos, &[slot.seq], last)?;
-                slot.pos += 1;
-                if last {
-                    owners.push((k, batch.n_tokens() - 1));
-                }
+                context.decode(batch)?;
             }
-        }
-        context.decode(batch)?;
-        for &(owner, index) in &owners {
-            slots[owner].sample(context, &vocab, index);
+            slot.sample(context, &vocab, batch.n_tokens() - 1);
         }
         let prefill_ms = ms_since(started);
 
-        // Batched decoding: one token per unfinished sequence per call.
+        // Batched decoding: one token per unfinished sequence per call. A step has fewer than
+        // 64 rows, where the attention kernel skips other sequences' cells, so each sequence
+        // gets what a step of its own would give (but llama.cpp splits a one-row step over 512
+        // or more cells between threads, which can change the last bits).
+        let mut owners: Vec<(usize, i32)> = Vec::with_capacity(slots.len());
         loop {
             batch.clear();
             owners.clear();
@@ -535,24 +480,14 @@ impl LlamaEngine {
         }
         match request.sampling {
             Sampling::Greedy => chain.push(LlamaSampler::greedy()),
-            Sampling::Temperature {
-                temperature,
-                top_p,
-                seed,
-            } => {
+            Sampling::Temperature { temperature, top_p, seed } => {
                 if !(temperature > 0.0 && temperature.is_finite()) {
-                    return Err(GenerateError::InvalidRequest {
-                        index,
-                        reason: format!("temperature must be above 0, got {temperature}"),
-                    }
-                    .into());
+                    return Err(
+                        GenerateError::InvalidRequest { index, reason: format!("temperature must be above 0, got {temperature}") }.into()
+                    );
                 }
                 if !(top_p > 0.0 && top_p <= 1.0) {
-                    return Err(GenerateError::InvalidRequest {
-                        index,
-                        reason: format!("top_p must be in (0, 1], got {top_p}"),
-                    }
-                    .into());
+                    return Err(GenerateError::InvalidRequest { index, reason: format!("top_p must be in (0, 1], got {top_p}") }.into());
                 }
                 // llama.cpp's own order: truncate, then temperature, then draw.
                 chain.push(LlamaSampler::top_p(top_p, 1));
@@ -571,14 +506,17 @@ impl LlamaEngine {
             Some(factory) => factory,
             empty @ None => {
                 let tok_env = LlamaSampler::llguidance_tok_env(&self.model);
-                let mut factory =
-                    ParserFactory::new_simple(&tok_env).map_err(|e| schema_error(format!("{e:#}")))?;
+                let mut factory = ParserFactory::new_simple(&tok_env).map_err(|e| schema_error(format!("{e:#}")))?;
                 // llguidance writes warnings to stderr by default; a library must not.
                 factory.quiet();
                 empty.insert(factory)
             }
         };
-        let grammar = TopLevelGrammar::from_json_schema(schema.clone());
+        let mut schema = schema.clone();
+        if let Some(object) = schema.as_object_mut() {
+            object.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }));
+        }
+        let grammar = TopLevelGrammar::from_json_schema(schema);
         let mut matcher = Matcher::new(factory.create_parser(grammar));
         // A matcher in the error state masks nothing: refuse it rather than decode unconstrained.
         if let Some(message) = matcher.get_error() {
@@ -620,10 +558,7 @@ impl Slot<'_> {
             completion_tokens: self.completion_tokens,
             // Every slot runs until it sets a reason; Length is the only other way out.
             finish_reason: self.finish_reason.unwrap_or(FinishReason::Length),
-            timings: Timings {
-                prefill_ms: self.prefill_ms,
-                decode_ms: self.decode_ms,
-            },
+            timings: Timings { prefill_ms: self.prefill_ms, decode_ms: self.decode_ms },
         }
     }
 }

@@ -65,20 +65,17 @@ pub struct GenerateRequest {
     pub sampling: Sampling,
     /// Generation ends when the text contains one of these; the text is cut before it.
     pub stop: Vec<String>,
-    /// Constrains the output to JSON that validates against this schema (llguidance).
+    /// Constrains the output to JSON that validates against this schema (llguidance). Unless
+    /// the schema sets llguidance's `x-guidance` options, whitespace between JSON tokens is
+    /// limited as in llama.cpp's JSON grammars. Strings without `maxLength` are unbounded: a
+    /// weak model can fill `max_tokens` inside one, and the text is then cut-off JSON.
     pub json_schema: Option<serde_json::Value>,
 }
 
 impl GenerateRequest {
     /// A greedy request of at most 256 tokens, without stop strings or schema.
     pub fn new(prompt: impl Into<Prompt>) -> Self {
-        Self {
-            prompt: prompt.into(),
-            max_tokens: 256,
-            sampling: Sampling::Greedy,
-            stop: Vec::new(),
-            json_schema: None,
-        }
+        Self { prompt: prompt.into(), max_tokens: 256, sampling: Sampling::Greedy, stop: Vec::new(), json_schema: None }
     }
 
     /// Sets [`Self::max_tokens`].

