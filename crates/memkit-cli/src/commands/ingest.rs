@@ -49,7 +49,9 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     let embedder: Box<dyn Embedder> = match (args.update, super::load_embedder(args.embedder_dir.as_deref())?) {
         (true, Some(e)) => Box::new(e),
         (true, None) => {
-            tracing::warn!("all-MiniLM-L6-v2 is not installed (`memkit models fetch all-minilm-l6-v2`): --update uses the lexical hashing embedder");
+            tracing::warn!(
+                "all-MiniLM-L6-v2 is not installed (`memkit models fetch all-minilm-l6-v2`): --update uses the lexical hashing embedder"
+            );
             Box::new(HashingEmbedder::default())
         }
         (false, _) => Box::new(HashingEmbedder::default()),

@@ -1,10 +1,12 @@
 //! One module per subcommand.
 
+pub mod convert;
 pub mod eval;
 pub mod extract;
 pub mod ingest;
 pub mod models;
 pub mod query;
+pub mod serve;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

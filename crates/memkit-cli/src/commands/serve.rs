@@ -1,0 +1,58 @@
+//! `memkit serve`: an OpenAI-compatible chat-completions server over a local GGUF model.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use memkit_infer::generate::{EngineOptions, LlamaEngine};
+use memkit_infer::models;
+
+/// Serve a GGUF model over an OpenAI-compatible API: POST /v1/chat/completions (chat template
+/// from the GGUF; max_tokens, temperature, top_p, seed, stop, response_format json_schema for
+/// constrained JSON), GET /v1/models and GET /health. Requests take turns on the model.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A GGUF file, or the name of an installed model (see `memkit models list`).
+    #[arg(long, short)]
+    model: String,
+    /// Address to listen on; keep the loopback default unless the network is trusted.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// llama.cpp threads (default: the cores available).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// KV-cache size in tokens: the longest prompt plus max_tokens.
+    #[arg(long, default_value_t = 4096)]
+    ctx: u32,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let path = PathBuf::from(&args.model);
+    let path = if path.is_file() {
+        path
+    } else {
+        models::locate(&args.model).with_context(|| {
+            format!(
+                "--model {}: no such GGUF file and no installed model of that name (run `memkit models fetch {}`)",
+                args.model, args.model
+            )
+        })?
+    };
+    let mut options = EngineOptions { n_ctx: args.ctx, ..EngineOptions::default() };
+    if let Some(threads) = args.threads {
+        options.n_threads = threads;
+    }
+    let engine = LlamaEngine::load(&path, options).with_context(|| format!("loading {}", path.display()))?;
+    let model_id = if path.to_string_lossy() == args.model {
+        path.file_stem().map_or_else(|| args.model.clone(), |s| s.to_string_lossy().into_owned())
+    } else {
+        args.model.clone()
+    };
+    let server = memkit_infer::serve::Server::bind(SocketAddr::new(args.host, args.port), engine, model_id.as_str())?;
+    tracing::info!(model = %model_id, url = %format!("http://{}/v1", server.local_addr()), "ready");
+    server.run()?;
+    Ok(())
+}

@@ -1,0 +1,404 @@
+//! Extractors: a window of dialogue in, memory records out.
+//!
+//! Every [`Extractor`] renders the same prompt (memkit-prompt's `extract` template), asks its
+//! model for JSON that follows memkit-schema's extractor schema, and parses the reply with the
+//! lenient parser. Records whose `source_id` is not a suffix message of the window (a
+//! context-only message, or a number past the window) are moved to the errors.
+//!
+//! - [`OpenAiExtractor`]: any OpenAI-compatible endpoint, with `response_format` `json_schema`;
+//! - [`LocalExtractor`] (feature `llama`): a GGUF model in-process, its chat template from the
+//!   GGUF, the system message computed once per batch (prefix reuse) and decoding constrained
+//!   by the schema.
+
+use std::time::Instant;
+
+use memkit_data::Window;
+use memkit_prompt::{ChatMessage, ExtractOptions, Prompts};
+use memkit_schema::{ExtractedMemory, ExtractorSchemaOptions, RecordError, extractor_json_schema, parse_extractor_output};
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, ResponseFormat};
+
+/// Tokens and time one window took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens the model read (for a local batch: the shared prefix plus the window's prompt).
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Wall-clock milliseconds (for a local batch: prefill and the decode steps it shared).
+    pub millis: u64,
+}
+
+/// What an extractor made of one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Extraction {
+    /// [`Window::id`].
+    pub window_id: String,
+    /// Records that parsed and point into the window's suffix.
+    pub records: Vec<ExtractedMemory>,
+    /// Records that did not parse or point elsewhere, and whole-output failures.
+    pub errors: Vec<RecordError>,
+    /// The model's reply as it came.
+    pub raw: String,
+    /// Tokens and time.
+    pub usage: Usage,
+}
+
+impl Extraction {
+    /// Parses `raw` for `window` and keeps only records from the window's suffix.
+    pub fn from_output(window: &Window, raw: String, usage: Usage) -> Self {
+        let outcome = parse_extractor_output(&raw);
+        let mut errors = outcome.errors;
+        let mut records = Vec::with_capacity(outcome.records.len());
+        for record in outcome.records {
+            if window.in_suffix(record.source_id) {
+                records.push(record);
+                continue;
+            }
+            let reason = if (record.source_id as usize) <= window.context {
+                format!("source_id {} is a context-only message (1..={})", record.source_id, window.context)
+            } else {
+                format!("source_id {} is past the window's {} messages", record.source_id, window.messages.len())
+            };
+            let raw = serde_json::to_string(&record).unwrap_or_default();
+            errors.push(RecordError { index: None, reason, raw });
+        }
+        Self { window_id: window.id.clone(), records, errors, raw, usage }
+    }
+}
+
+/// Turns windows into records.
+pub trait Extractor: Send + Sync {
+    /// Names the model and backend, e.g. `gguf:SmolLM2-135M-Instruct.Q4_1.gguf`.
+    fn id(&self) -> &str;
+
+    /// One [`Extraction`] per window, in order. Bad model output is reported per window in
+    /// [`Extraction::errors`]; `Err` means the backend itself failed.
+    fn extract(&self, windows: &[Window]) -> Result<Vec<Extraction>>;
+}
+
+/// Caps of the prompt, the schema and decoding, shared by all extractors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractConfig {
+    /// Records, keywords and content length (stated in the prompt and enforced by the schema).
+    pub schema: ExtractorSchemaOptions,
+    /// `maxLength` added to every free string of the schema (speaker, time, location, reason,
+    /// purpose, keywords): without it a small model can loop inside one string until
+    /// `max_tokens`, and the output is cut-off JSON. `None` leaves them unbounded.
+    pub max_string_chars: Option<usize>,
+    /// Most tokens per reply.
+    pub max_tokens: usize,
+}
+
+impl Default for ExtractConfig {
+    fn default() -> Self {
+        Self { schema: ExtractorSchemaOptions::default(), max_string_chars: Some(120), max_tokens: 2048 }
+    }
+}
+
+impl ExtractConfig {
+    /// The extractor JSON Schema with these caps.
+    pub fn json_schema(&self) -> serde_json::Value {
+        let mut schema = extractor_json_schema(self.schema);
+        if let Some(max) = self.max_string_chars {
+            bound_strings(&mut schema, max);
+        }
+        schema
+    }
+
+    /// The prompt's options.
+    pub fn prompt_options(&self) -> ExtractOptions {
+        self.schema.into()
+    }
+}
+
+/// Adds `maxLength` to every string schema that has neither a length cap nor an enum.
+fn bound_strings(schema: &mut serde_json::Value, max_length: usize) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            let is_string = map.get("type").and_then(|t| t.as_str()) == Some("string");
+            if is_string && !map.contains_key("maxLength") && !map.contains_key("enum") {
+                map.insert("maxLength".into(), max_length.into());
+            }
+            map.values_mut().for_each(|v| bound_strings(v, max_length));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| bound_strings(v, max_length)),
+        _ => {}
+    }
+}
+
+fn render_messages(prompts: &Prompts, window: &Window, config: &ExtractConfig) -> Result<Vec<ChatMessage>> {
+    Ok(prompts.render_extract(window, &config.prompt_options())?.to_messages())
+}
+
+/// An extractor over an OpenAI-compatible endpoint, one request per window, greedy
+/// (`temperature: 0`), with the schema as a strict `json_schema` response format.
+#[derive(Debug)]
+pub struct OpenAiExtractor {
+    id: String,
+    client: OpenAiClient,
+    prompts: Prompts,
+    config: ExtractConfig,
+    schema: serde_json::Value,
+}
+
+impl OpenAiExtractor {
+    /// An extractor with the embedded prompts.
+    pub fn new(client: OpenAiClient, config: ExtractConfig) -> Result<Self> {
+        let id = format!("openai:{}@{}", client.config().model, client.config().base_url);
+        Ok(Self { id, client, prompts: Prompts::embedded()?, schema: config.json_schema(), config })
+    }
+
+    /// Uses these prompts instead of the embedded ones.
+    #[must_use]
+    pub fn with_prompts(mut self, prompts: Prompts) -> Self {
+        self.prompts = prompts;
+        self
+    }
+
+    fn request(&self, window: &Window) -> Result<ChatCompletionRequest> {
+        let mut request =
+            ChatCompletionRequest::new(self.client.config().model.clone(), render_messages(&self.prompts, window, &self.config)?);
+        request.max_tokens = Some(self.config.max_tokens);
+        request.temperature = Some(0.0);
+        request.response_format = Some(ResponseFormat::JsonSchema {
+            json_schema: JsonSchemaFormat { name: "memories".into(), schema: Some(self.schema.clone()), strict: Some(true) },
+        });
+        Ok(request)
+    }
+}
+
+impl Extractor for OpenAiExtractor {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn extract(&self, windows: &[Window]) -> Result<Vec<Extraction>> {
+        windows
+            .iter()
+            .map(|window| {
+                let request = self.request(window)?;
+                let started = Instant::now();
+                let response = self.client.chat(&request)?;
+                let counts = response.usage.unwrap_or_default();
+                let usage = Usage {
+                    prompt_tokens: counts.prompt_tokens,
+                    completion_tokens: counts.completion_tokens,
+                    millis: started.elapsed().as_millis() as u64,
+                };
+                Ok(Extraction::from_output(window, response.content().unwrap_or_default().to_owned(), usage))
+            })
+            .collect()
+    }
+}
+
+#[cfg(feature = "llama")]
+pub use local::{GgufChat, LocalExtractor, RenderedChat};
+
+#[cfg(feature = "llama")]
+mod local {
+    use std::sync::{Mutex, PoisonError};
+
+    use memkit_data::Window;
+    use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, Prompts};
+
+    use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages};
+    use crate::generate::{GenerateRequest, Generation, LlamaEngine};
+    use crate::{Error, Result};
+
+    /// A chat rendered for llama.cpp: the leading system message (shared by the requests of a
+    /// batch, evaluated once) and the rest, ending with the assistant header.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RenderedChat {
+        /// The system turn, or empty when the chat has none or it is not a prefix of the whole.
+        pub prefix: String,
+        /// Everything after the prefix.
+        pub suffix: String,
+    }
+
+    /// The chat template of a GGUF file with its BOS and EOS text.
+    #[derive(Debug)]
+    pub struct GgufChat {
+        template: ChatTemplate,
+        /// BOS text to strip from the rendered start: the engine adds the BOS token itself.
+        bos: Option<String>,
+    }
+
+    impl GgufChat {
+        /// The template in `engine`'s `tokenizer.chat_template`.
+        pub fn from_engine(engine: &LlamaEngine) -> Result<Self> {
+            let meta = engine.model_meta()?;
+            let source = engine.chat_template().ok_or_else(|| Error::NoChatTemplate { path: meta.path.clone() })?;
+            let text = |token: Option<i32>| token.map(|t| engine.detokenize(&[t])).transpose();
+            let (bos, eos) = (text(meta.bos)?, text(meta.eos)?);
+            let template = ChatTemplate::new(source, bos.as_deref(), eos.as_deref())?;
+            Ok(Self { template, bos: bos.filter(|b| meta.add_bos && !b.is_empty()) })
+        }
+
+        /// Renders `messages` with the generation prompt, split after a leading system message
+        /// when the template renders that message as a prefix of the whole (it does for
+        /// ChatML, Llama 3 and Qwen templates).
+        pub fn render(&self, messages: &[ChatMessage]) -> Result<RenderedChat> {
+            let whole = self.strip_bos(self.template.render(messages, true)?);
+            if messages.len() > 1 && messages[0].role == ChatRole::System {
+                let prefix = self.strip_bos(self.template.render(&messages[..1], false)?);
+                if let Some(suffix) = whole.strip_prefix(prefix.as_str()) {
+                    return Ok(RenderedChat { suffix: suffix.to_owned(), prefix });
+                }
+            }
+            Ok(RenderedChat { prefix: String::new(), suffix: whole })
+        }
+
+        fn strip_bos(&self, text: String) -> String {
+            match &self.bos {
+                Some(bos) => text.strip_prefix(bos.as_str()).map(str::to_owned).unwrap_or(text),
+                None => text,
+            }
+        }
+    }
+
+    /// An extractor over a GGUF model in-process. Windows of one call are decoded in batches
+    /// after the shared system prompt, greedily, constrained by the schema. Calls from several
+    /// threads take turns on the one engine.
+    #[derive(Debug)]
+    pub struct LocalExtractor {
+        id: String,
+        engine: Mutex<LlamaEngine>,
+        chat: GgufChat,
+        prompts: Prompts,
+        config: ExtractConfig,
+        schema: serde_json::Value,
+    }
+
+    impl LocalExtractor {
+        /// An extractor with the embedded prompts and the GGUF's chat template.
+        pub fn new(engine: LlamaEngine, config: ExtractConfig) -> Result<Self> {
+            let chat = GgufChat::from_engine(&engine)?;
+            let path = engine.model_meta()?.path;
+            let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            Ok(Self {
+                id: format!("gguf:{name}"),
+                engine: Mutex::new(engine),
+                chat,
+                prompts: Prompts::embedded()?,
+                schema: config.json_schema(),
+                config,
+            })
+        }
+
+        /// Uses these prompts instead of the embedded ones.
+        #[must_use]
+        pub fn with_prompts(mut self, prompts: Prompts) -> Self {
+            self.prompts = prompts;
+            self
+        }
+
+        fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
+            // A panic inside llama.cpp bookkeeping leaves no state that the next call relies
+            // on (the KV cache is cleared per call), so a poisoned lock is still usable.
+            let mut engine = self.engine.lock().unwrap_or_else(PoisonError::into_inner);
+            engine.generate_batch(prefix, requests)
+        }
+    }
+
+    impl Extractor for LocalExtractor {
+        fn id(&self) -> &str {
+            &self.id
+        }
+
+        fn extract(&self, windows: &[Window]) -> Result<Vec<Extraction>> {
+            let rendered = windows
+                .iter()
+                .map(|w| render_messages(&self.prompts, w, &self.config).and_then(|m| self.chat.render(&m)))
+                .collect::<Result<Vec<_>>>()?;
+            let request = |r: &super::RenderedChat| {
+                GenerateRequest::new(r.suffix.as_str()).with_max_tokens(self.config.max_tokens).with_json_schema(self.schema.clone())
+            };
+            // The system message holds no window data, so one prefix serves the whole call;
+            // a custom prompt that breaks this falls back to one window at a time.
+            let generations = match rendered.first() {
+                Some(first) if rendered.iter().all(|r| r.prefix == first.prefix) => {
+                    self.generate(&first.prefix, &rendered.iter().map(request).collect::<Vec<_>>())?
+                }
+                _ => rendered.iter().map(|r| Ok(self.generate(&r.prefix, &[request(r)])?.remove(0))).collect::<Result<Vec<_>>>()?,
+            };
+            Ok(windows
+                .iter()
+                .zip(generations)
+                .map(|(window, g)| {
+                    let usage = Usage {
+                        prompt_tokens: g.prompt_tokens,
+                        completion_tokens: g.completion_tokens,
+                        millis: (g.timings.prefill_ms + g.timings.decode_ms).round() as u64,
+                    };
+                    Extraction::from_output(window, g.text, usage)
+                })
+                .collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memkit_data::WindowMessage;
+    use memkit_schema::Role;
+
+    use super::*;
+
+    fn window(context: usize, n: u32) -> Window {
+        Window {
+            id: "d/w1".into(),
+            dialogue_id: "d".into(),
+            index: 1,
+            context,
+            max_message_chars: 8000,
+            messages: (1..=n)
+                .map(|number| WindowMessage {
+                    number,
+                    turn_id: format!("t{number}"),
+                    speaker: "Ann".into(),
+                    role: Role::User,
+                    text: "hi".into(),
+                    caption: None,
+                    timestamp: None,
+                    assistant_reply: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn memory(source_id: u32) -> serde_json::Value {
+        serde_json::json!({"source_id": source_id, "source_speaker": "Ann", "content": format!("Ann said {source_id}."),
+            "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+    }
+
+    #[test]
+    fn records_outside_the_suffix_become_errors() {
+        let raw = serde_json::json!({"memories": [memory(1), memory(2), memory(3), memory(4), memory(5)]}).to_string();
+        let extraction = Extraction::from_output(&window(2, 4), raw.clone(), Usage::default());
+        let kept: Vec<u32> = extraction.records.iter().map(|r| r.source_id).collect();
+        assert_eq!(kept, [3, 4]);
+        assert_eq!(extraction.errors.len(), 3, "{:?}", extraction.errors);
+        assert!(extraction.errors[0].reason.contains("context-only"), "{:?}", extraction.errors);
+        assert!(extraction.errors[2].reason.contains("past the window"), "{:?}", extraction.errors);
+        assert_eq!(extraction.raw, raw);
+        assert_eq!(extraction.window_id, "d/w1");
+    }
+
+    #[test]
+    fn free_strings_are_bounded_but_enums_and_caps_are_kept() {
+        let config = ExtractConfig { max_string_chars: Some(33), ..ExtractConfig::default() };
+        let schema = config.json_schema();
+        let memory = &schema["properties"]["memories"]["items"]["properties"];
+        assert_eq!(memory["source_speaker"]["maxLength"], 33);
+        assert_eq!(memory["content"]["maxLength"], config.schema.max_content_chars);
+        let dimension = &memory["dimension"]["properties"];
+        assert_eq!(dimension["location"]["maxLength"], 33);
+        assert_eq!(dimension["keywords"]["items"]["maxLength"], 33);
+        assert!(dimension["memory_type"].get("maxLength").is_none());
+        let unbounded = ExtractConfig { max_string_chars: None, ..config }.json_schema();
+        assert!(unbounded["properties"]["memories"]["items"]["properties"]["source_speaker"].get("maxLength").is_none());
+    }
+}

@@ -1,0 +1,269 @@
+//! `memkit serve` (feature `serve`): an OpenAI-compatible chat-completions server over one GGUF
+//! model, so that other tools can use a local extractor and the HTTP teacher client can be
+//! tested against a real server.
+//!
+//! Routes:
+//!
+//! - `POST /v1/chat/completions`: messages are rendered with the GGUF's chat template and
+//!   generated with `max_tokens` (default 512), `temperature` (absent or 0: greedy, so the
+//!   server is deterministic unless asked otherwise), `top_p`, `seed`, `stop`, and
+//!   `response_format` (`json_schema` → constrained decoding; `json_object` → any JSON
+//!   object). The answer is `choices[0].message.content` with `finish_reason` (`stop` or
+//!   `length`) and `usage`. Errors come back as `{"error": {"message", "type"}}`.
+//! - `GET /v1/models`: the one model.
+//! - `GET /health`: `{"status": "ok"}`.
+//!
+//! Requests take turns on the engine (one context decodes one batch at a time): each runs on
+//! tokio's blocking pool behind a mutex. A leading system message is evaluated as a separate
+//! prefix exactly as [`LocalExtractor`](crate::extract::LocalExtractor) does, so a served
+//! extractor gives the same greedy tokens as the in-process one.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::extract::GgufChat;
+use crate::generate::{FinishReason, GenerateRequest, LlamaEngine, Sampling};
+use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, ResponseFormat, ResponseMessage};
+use crate::{Error, Result};
+
+/// `max_tokens` when a request does not set it.
+pub const DEFAULT_MAX_TOKENS: usize = 512;
+
+struct AppState {
+    engine: Mutex<LlamaEngine>,
+    chat: GgufChat,
+    model_id: String,
+}
+
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: Arc<AppState>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).field("model_id", &self.state.model_id).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks a free port) for `engine`, announced as `model_id`.
+    pub fn bind(addr: SocketAddr, engine: LlamaEngine, model_id: impl Into<String>) -> Result<Self> {
+        let chat = GgufChat::from_engine(&engine)?;
+        let serve_err = |source| Error::Serve { addr: addr.to_string(), source };
+        let listener = TcpListener::bind(addr).map_err(serve_err)?;
+        let addr = listener.local_addr().map_err(serve_err)?;
+        // tokio's listener must be non-blocking.
+        listener.set_nonblocking(true).map_err(serve_err)?;
+        let state = Arc::new(AppState { engine: Mutex::new(engine), chat, model_id: model_id.into() });
+        Ok(Self { listener, addr, state })
+    }
+
+    /// The bound address (with the port chosen when port 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until the process ends (or an accept loop error); blocks the calling thread.
+    pub fn run(self) -> Result<()> {
+        let serve_err = |source| Error::Serve { addr: self.addr.to_string(), source };
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(serve_err)?;
+        let app = router(self.state);
+        info!(addr = %self.addr, "serving OpenAI-compatible API");
+        runtime
+            .block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(self.listener)?;
+                axum::serve(listener, app).await
+            })
+            .map_err(serve_err)
+    }
+}
+
+/// Binds `addr` and serves `engine` as `model_id` until the process ends.
+pub fn serve(addr: SocketAddr, engine: LlamaEngine, model_id: &str) -> Result<()> {
+    Server::bind(addr, engine, model_id)?.run()
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .with_state(state)
+}
+
+/// An error in OpenAI's shape.
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let kind = if self.status.is_client_error() { "invalid_request_error" } else { "server_error" };
+        (self.status, Json(json!({"error": {"message": self.message, "type": kind, "code": null}}))).into_response()
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        use crate::generate::GenerateError as G;
+        let client_fault = matches!(
+            &error,
+            Error::Prompt(_)
+                | Error::Generate(G::InvalidRequest { .. } | G::JsonSchema { .. } | G::ContextFull { .. } | G::TokenOutOfRange { .. })
+        );
+        let status = if client_fault { StatusCode::BAD_REQUEST } else { StatusCode::INTERNAL_SERVER_ERROR };
+        Self { status, message: error.to_string() }
+    }
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(json!({"object": "list", "data": [{"id": state.model_id, "object": "model", "created": 0, "owned_by": "memkit"}]}))
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Json<ChatCompletionRequest>, JsonRejection>,
+) -> std::result::Result<Json<ChatCompletionResponse>, ApiError> {
+    let Json(request) = body.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
+    let response = tokio::task::spawn_blocking(move || complete(&state, request))
+        .await
+        .map_err(|e| ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("generation task failed: {e}") })?;
+    if let Err(error) = &response {
+        warn!(status = %error.status, message = %error.message, "chat completion failed");
+    }
+    response.map(Json)
+}
+
+/// The engine request for an API request, checked.
+fn generate_request(request: &ChatCompletionRequest, prompt: String) -> std::result::Result<GenerateRequest, ApiError> {
+    let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if max_tokens == 0 {
+        return Err(ApiError::bad_request("max_tokens must be at least 1"));
+    }
+    let temperature = request.temperature.unwrap_or(0.0);
+    let top_p = request.top_p.unwrap_or(1.0);
+    if !(temperature >= 0.0 && temperature.is_finite()) {
+        return Err(ApiError::bad_request(format!("temperature must be 0 or more, got {temperature}")));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::bad_request(format!("top_p must be in (0, 1], got {top_p}")));
+    }
+    let sampling = if temperature == 0.0 {
+        Sampling::Greedy
+    } else {
+        // OpenAI seeds are 64-bit; llama.cpp's are 32-bit.
+        let seed = request.seed.unwrap_or(0) as u32;
+        Sampling::Temperature { temperature, top_p, seed }
+    };
+    let mut generate = GenerateRequest::new(prompt).with_max_tokens(max_tokens).with_sampling(sampling);
+    if let Some(stop) = request.stop.clone() {
+        generate = generate.with_stop(stop.into_vec().into_iter().filter(|s| !s.is_empty()));
+    }
+    match &request.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject) => generate = generate.with_json_schema(json!({"type": "object"})),
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            let schema =
+                json_schema.schema.clone().ok_or_else(|| ApiError::bad_request("response_format.json_schema.schema is missing"))?;
+            generate = generate.with_json_schema(schema);
+        }
+    }
+    Ok(generate)
+}
+
+fn complete(state: &AppState, request: ChatCompletionRequest) -> std::result::Result<ChatCompletionResponse, ApiError> {
+    if request.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty"));
+    }
+    let rendered = state.chat.render(&request.messages)?;
+    let generate = generate_request(&request, rendered.suffix)?;
+    let generation = {
+        // The KV cache is cleared per call, so a poisoned lock leaves nothing half-done.
+        let mut engine = state.engine.lock().unwrap_or_else(PoisonError::into_inner);
+        engine.generate_batch(&rendered.prefix, std::slice::from_ref(&generate))?.remove(0)
+    };
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let finish_reason = match generation.finish_reason {
+        FinishReason::Stop | FinishReason::StopString => "stop",
+        FinishReason::Length => "length",
+    };
+    Ok(ChatCompletionResponse {
+        id: format!("chatcmpl-{created:x}{:x}", generation.completion_tokens),
+        object: "chat.completion".into(),
+        created,
+        model: state.model_id.clone(),
+        choices: vec![Choice {
+            index: 0,
+            message: ResponseMessage { role: "assistant".into(), content: Some(generation.text) },
+            finish_reason: Some(finish_reason.into()),
+        }],
+        usage: Some(CompletionUsage {
+            prompt_tokens: generation.prompt_tokens,
+            completion_tokens: generation.completion_tokens,
+            total_tokens: generation.prompt_tokens + generation.completion_tokens,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use memkit_prompt::ChatMessage;
+
+    use super::*;
+    use crate::openai::{JsonSchemaFormat, Stop};
+
+    fn request() -> ChatCompletionRequest {
+        ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")])
+    }
+
+    #[test]
+    fn sampling_follows_temperature_and_seed() {
+        let greedy = generate_request(&request(), "p".into()).ok().unwrap();
+        assert_eq!((greedy.sampling, greedy.max_tokens), (Sampling::Greedy, DEFAULT_MAX_TOKENS));
+        let mut sampled = request();
+        (sampled.temperature, sampled.top_p, sampled.seed, sampled.max_tokens) = (Some(0.7), Some(0.9), Some(7), Some(5));
+        sampled.stop = Some(Stop::Many(vec!["\n".into(), String::new()]));
+        let g = generate_request(&sampled, "p".into()).ok().unwrap();
+        assert_eq!(g.sampling, Sampling::Temperature { temperature: 0.7, top_p: 0.9, seed: 7 });
+        assert_eq!((g.max_tokens, g.stop), (5, vec!["\n".to_owned()]));
+    }
+
+    #[test]
+    fn bad_parameters_are_client_errors() {
+        let cases: [fn(&mut ChatCompletionRequest); 4] = [
+            |r| r.max_tokens = Some(0),
+            |r| r.temperature = Some(-1.0),
+            |r| r.top_p = Some(0.0),
+            |r| {
+                r.response_format =
+                    Some(ResponseFormat::JsonSchema { json_schema: JsonSchemaFormat { name: "x".into(), schema: None, strict: None } })
+            },
+        ];
+        for case in cases {
+            let mut r = request();
+            case(&mut r);
+            let err = generate_request(&r, "p".into()).err().unwrap();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{}", err.message);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! `memkit serve` end to end on loopback: the real server over the real SmolLM2-135M-Instruct
+//! (GGUF Q4_1) on 127.0.0.1 with a free port, called by the OpenAI client, and the two
+//! extractors (HTTP and in-process) on the same windows.
+//!
+//! There is no golden output: the checks are the protocol (finish reasons, usage counts that
+//! follow `max_tokens`, OpenAI error shape), schema-constrained output that must parse, and the
+//! equivalence of the served and the in-process extractor under greedy decoding (both evaluate
+//! the system prompt as a separate prefix and the window as its own prompt, so each window
+//! must give the same tokens).
+//!
+//! The model comes from `MEMKIT_SMOLLM2_GGUF` or the models directory (`models::locate`); the
+//! model tests are skipped when it is missing, unless `MEMKIT_REQUIRE_MODELS=1`.
+
+#![cfg(feature = "serve")]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDate;
+use memkit_data::{Window, WindowConfig, windows};
+use memkit_infer::extract::LocalExtractor;
+use memkit_infer::generate::{EngineOptions, LlamaEngine};
+use memkit_infer::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, OpenAiConfig, ResponseFormat};
+use memkit_infer::serve::Server;
+use memkit_infer::{Error, ExtractConfig, Extractor, OpenAiExtractor, models};
+use memkit_prompt::ChatMessage;
+use memkit_schema::{Dialogue, ExtractorSchemaOptions, Role, Session, Turn, parse_extractor_output};
+
+const MODEL_ID: &str = "smollm2-135m";
+
+/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
+#[allow(clippy::print_stderr)]
+fn smollm2() -> Option<PathBuf> {
+    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name));
+    if path.is_none() {
+        let reason = "smollm2-135m is not installed: run the models fetch step or set \
+                      MEMKIT_SMOLLM2_GGUF";
+        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
+        eprintln!("skipped: {reason}");
+    }
+    path
+}
+
+/// One llama.cpp thread: tests run in parallel on a small machine.
+fn engine(path: &PathBuf) -> LlamaEngine {
+    LlamaEngine::load(path, EngineOptions { n_ctx: 4096, n_threads: 1, n_seq_max: 3, ..EngineOptions::default() }).unwrap()
+}
+
+/// The server, started once for the whole file on a free loopback port; it lives until the
+/// test process exits.
+fn server() -> Option<SocketAddr> {
+    static SERVER: OnceLock<SocketAddr> = OnceLock::new();
+    let path = smollm2()?;
+    Some(*SERVER.get_or_init(|| {
+        let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), engine(&path), MODEL_ID).unwrap();
+        let addr = server.local_addr();
+        std::thread::spawn(move || server.run().map_err(|e| e.to_string()));
+        addr
+    }))
+}
+
+fn client(addr: SocketAddr) -> OpenAiClient {
+    let mut config = OpenAiConfig::new(format!("http://{addr}/v1"), MODEL_ID);
+    // Generation on a busy 2-core machine can take a while; never retry a slow answer.
+    config.timeout = Duration::from_secs(300);
+    config.max_retries = 0;
+    OpenAiClient::new(config)
+}
+
+/// Small caps keep SmolLM2's replies short and finite.
+fn extract_config() -> ExtractConfig {
+    ExtractConfig {
+        schema: ExtractorSchemaOptions { max_memories: 2, max_keywords: 2, max_content_chars: 80 },
+        max_string_chars: Some(24),
+        max_tokens: 300,
+    }
+}
+
+fn dialogue() -> Dialogue {
+    let date = NaiveDate::from_ymd_opt(2023, 5, 8).unwrap().and_hms_opt(13, 56, 0).unwrap();
+    let lines = [
+        ("Caroline", "Hey Mel! I went to a LGBTQ support group yesterday in Boston."),
+        ("Melanie", "That's great, Caroline! I painted a sunrise over the lake last week."),
+        ("Caroline", "I want to become a counselor next year to help people like me."),
+        ("Melanie", "You'd be amazing at it. My kids love the beach, we go every summer."),
+        ("Caroline", "I adopted a dog named Oscar two weeks ago."),
+    ];
+    let turns = lines
+        .iter()
+        .enumerate()
+        .map(|(i, (speaker, text))| Turn {
+            id: format!("D1:{}", i + 1),
+            speaker: (*speaker).into(),
+            role: Role::User,
+            text: (*text).into(),
+            caption: None,
+            timestamp: Some(date + chrono::Duration::minutes(i as i64)),
+            has_answer: false,
+        })
+        .collect();
+    Dialogue { id: "tiny".into(), sessions: vec![Session { id: "session_1".into(), date: Some(date), turns }] }
+}
+
+/// Two windows of 3 messages, the second with 1 context message.
+fn tiny_windows() -> Vec<Window> {
+    let config = WindowConfig { size: 3, overlap: 1, user_only: false, max_message_chars: WindowConfig::DEFAULT_MAX_MESSAGE_CHARS };
+    let all = windows(&dialogue(), &config);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!(all[1].context, 1);
+    all
+}
+
+#[test]
+fn client_gets_a_completion_and_max_tokens_holds() {
+    let Some(addr) = server() else { return };
+    let health: serde_json::Value = ureq::get(&format!("http://{addr}/health")).call().unwrap().body_mut().read_json().unwrap();
+    assert_eq!(health["status"], "ok");
+    let models: serde_json::Value = ureq::get(&format!("http://{addr}/v1/models")).call().unwrap().body_mut().read_json().unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL_ID);
+
+    let client = client(addr);
+    let messages = vec![ChatMessage::system("Answer in one short sentence."), ChatMessage::user("What is the capital of France?")];
+    let mut request = ChatCompletionRequest::new("", messages);
+    request.max_tokens = Some(24);
+    let response = client.chat(&request).unwrap();
+    assert_eq!(response.model, MODEL_ID);
+    let text = response.content().unwrap();
+    assert!(!text.trim().is_empty(), "{response:?}");
+    let usage = response.usage.unwrap();
+    assert!((1..=24).contains(&usage.completion_tokens), "{usage:?}");
+    assert!(usage.prompt_tokens > 10, "{usage:?}");
+    assert_eq!(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+
+    // Greedy is the default, so a cut run is a prefix of the longer one.
+    request.max_tokens = Some(2);
+    let cut = client.chat(&request).unwrap();
+    assert_eq!(cut.choices[0].finish_reason.as_deref(), Some("length"), "{cut:?}");
+    assert_eq!(cut.usage.unwrap().completion_tokens, 2);
+    assert!(text.starts_with(cut.content().unwrap()), "{text:?} vs {cut:?}");
+}
+
+#[test]
+fn bad_request_is_an_openai_error_without_retries() {
+    let Some(addr) = server() else { return };
+    let mut config = OpenAiConfig::new(format!("http://{addr}/v1"), MODEL_ID);
+    config.backoff = Duration::from_secs(30);
+    let mut request = ChatCompletionRequest::new("", vec![ChatMessage::user("hi")]);
+    request.top_p = Some(2.0);
+    let started = Instant::now();
+    let err = OpenAiClient::new(config).chat(&request).unwrap_err();
+    assert!(matches!(&err, Error::Api { status: 400, message, .. } if message.contains("top_p")), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30), "a 400 was retried");
+}
+
+#[test]
+fn json_schema_response_format_gives_parseable_records() {
+    let Some(addr) = server() else { return };
+    let messages = vec![
+        ChatMessage::system("Extract memories from the dialogue as JSON."),
+        ChatMessage::user("1.Caroline: I went to a support group yesterday in Boston.\n2.Melanie: I painted a sunrise last week."),
+    ];
+    let mut request = ChatCompletionRequest::new(MODEL_ID, messages);
+    request.max_tokens = Some(300);
+    request.response_format = Some(ResponseFormat::JsonSchema {
+        json_schema: JsonSchemaFormat { name: "memories".into(), schema: Some(extract_config().json_schema()), strict: Some(true) },
+    });
+    let response = client(addr).chat(&request).unwrap();
+    let text = response.content().unwrap();
+    assert_eq!(response.choices[0].finish_reason.as_deref(), Some("stop"), "{text}");
+    let value: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert!(value["memories"].as_array().is_some_and(|m| m.len() <= 2), "{text}");
+    let outcome = parse_extractor_output(text);
+    assert!(outcome.errors.is_empty(), "{outcome:?}");
+}
+
+#[test]
+fn served_and_local_extractors_agree() {
+    let Some(addr) = server() else { return };
+    let Some(path) = smollm2() else { return };
+    let windows = tiny_windows();
+
+    let mut config = OpenAiConfig::new(format!("http://{addr}/v1"), MODEL_ID);
+    config.timeout = Duration::from_secs(300);
+    let remote = OpenAiExtractor::new(OpenAiClient::new(config), extract_config()).unwrap();
+    let local = LocalExtractor::new(engine(&path), extract_config()).unwrap();
+    assert!(local.id().starts_with("gguf:") && remote.id().starts_with("openai:smollm2-135m@"), "{} {}", local.id(), remote.id());
+
+    let served = remote.extract(&windows).unwrap();
+    // One window per call, as the server decodes them: batched with other windows, prompts of
+    // 64 tokens or more may differ in the last bits (see `LlamaEngine::generate_batch`), and
+    // greedy decoding then can pick other tokens (seen here for the second window).
+    let in_process: Vec<_> = windows.iter().map(|w| local.extract(std::slice::from_ref(w)).unwrap().remove(0)).collect();
+    let batched = local.extract(&windows).unwrap();
+    assert_eq!(batched.len(), windows.len());
+    assert_eq!(batched[0].usage.prompt_tokens, in_process[0].usage.prompt_tokens);
+    for (window, ((s, l), b)) in windows.iter().zip(served.iter().zip(&in_process).zip(&batched)) {
+        for e in [s, l, b] {
+            assert_eq!(e.window_id, window.id);
+            // Constrained decoding: the whole output parses; only records that point outside
+            // the window's suffix may be dropped.
+            serde_json::from_str::<serde_json::Value>(&e.raw).unwrap_or_else(|err| panic!("not JSON ({err}): {}", e.raw));
+            assert!(e.errors.iter().all(|r| r.reason.contains("source_id")), "{:?}", e.errors);
+            assert!(e.records.iter().all(|r| window.in_suffix(r.source_id)), "{:?}", e.records);
+            assert!(e.usage.prompt_tokens > 100 && e.usage.completion_tokens > 0, "{:?}", e.usage);
+        }
+        assert_eq!(s.raw, l.raw, "served and in-process greedy outputs differ for {}", window.id);
+        assert_eq!(s.records, l.records);
+        assert_eq!(s.usage.prompt_tokens, l.usage.prompt_tokens);
+        assert_eq!(s.usage.completion_tokens, l.usage.completion_tokens);
+    }
+}
+
+#[test]
+fn closed_port_fails_clearly_after_the_retry_budget() {
+    // A port that was free a moment ago: nothing listens there now.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m");
+    (config.max_retries, config.backoff, config.timeout) = (2, Duration::from_millis(20), Duration::from_secs(5));
+    let started = Instant::now();
+    let err = OpenAiClient::new(config).chat(&ChatCompletionRequest::new("", vec![ChatMessage::user("hi")])).unwrap_err();
+    assert!(matches!(err, Error::Http { attempts: 3, .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&format!("127.0.0.1:{port}")) && message.contains("3 attempt"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
