@@ -284,6 +284,20 @@ impl Embedder for HashingEmbedder {
     }
 }
 
+/// all-MiniLM-L6-v2 in candle (memkit-infer) as the dense route's embedder.
+#[cfg(feature = "dense")]
+impl Embedder for memkit_infer::SentenceEmbedder {
+    fn model_id(&self) -> &str {
+        memkit_infer::SentenceEmbedder::model_id(self)
+    }
+    fn dim(&self) -> usize {
+        memkit_infer::SentenceEmbedder::dim(self)
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        memkit_infer::SentenceEmbedder::embed(self, texts).map_err(|e| crate::Error::Embed(e.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,19 +377,5 @@ mod tests {
         let index = DenseIndex::from_vectors(boxed, vec![vec![0.0; 8], vec![1.0; 8]]).unwrap();
         assert_eq!(index.len(), 2);
         assert_eq!(index.vector(1).unwrap()[0], 1.0);
-    }
-}
-
-/// all-MiniLM-L6-v2 in candle (memkit-infer) as the dense route's embedder.
-#[cfg(feature = "dense")]
-impl Embedder for memkit_infer::SentenceEmbedder {
-    fn model_id(&self) -> &str {
-        memkit_infer::SentenceEmbedder::model_id(self)
-    }
-    fn dim(&self) -> usize {
-        memkit_infer::SentenceEmbedder::dim(self)
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        memkit_infer::SentenceEmbedder::embed(self, texts).map_err(|e| crate::Error::Embed(e.to_string()))
     }
 }

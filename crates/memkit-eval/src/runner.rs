@@ -465,25 +465,25 @@ fn run_longmemeval(
             let (mut seen_t, mut seen_s) = (HashSet::new(), HashSet::new());
             for &u in &ranking.order {
                 for id in &prepared.units[u].turn_ids {
-                    if let Some(&p) = turn_pos.get(id.as_str()) {
-                        if seen_t.insert(p) {
-                            turn_rank.push(p);
-                        }
+                    if let Some(&p) = turn_pos.get(id.as_str())
+                        && seen_t.insert(p)
+                    {
+                        turn_rank.push(p);
                     }
-                    if let Some(&p) = session_pos.get(session_of(id)) {
-                        if seen_s.insert(p) {
-                            session_rank.push(p);
-                        }
+                    if let Some(&p) = session_pos.get(session_of(id))
+                        && seen_s.insert(p)
+                    {
+                        session_rank.push(p);
                     }
                 }
             }
             if let Some(s) = tally.session.as_mut() {
                 s.add(|k| evaluate_retrieval(&session_rank, &q.evidence_sessions, &session_ids, k));
             }
-            if !q.evidence.is_empty() {
-                if let Some(t) = tally.turn.as_mut() {
-                    t.add(|k| evaluate_retrieval(&turn_rank, &q.evidence, &turn_ids, k));
-                }
+            if let Some(t) = tally.turn.as_mut()
+                && !q.evidence.is_empty()
+            {
+                t.add(|k| evaluate_retrieval(&turn_rank, &q.evidence, &turn_ids, k));
             }
             reporter.advance(1);
         }
