@@ -41,6 +41,9 @@ pub enum Error {
         /// What was expected or found.
         message: String,
     },
+    /// A window setting that cannot produce SPEC §2 windows (size 0, overlap ≥ size, ...).
+    #[error("invalid window settings: {0}")]
+    Window(String),
 }
 
 fn line_suffix(line: Option<usize>) -> String {

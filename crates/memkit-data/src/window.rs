@@ -38,6 +38,25 @@ impl WindowConfig {
     /// Messages longer than this many characters are cut when rendered.
     pub const DEFAULT_MAX_MESSAGE_CHARS: usize = 8000;
 
+    /// Checks the settings: a window needs at least one message, and the overlap must leave at
+    /// least one new message per window (`overlap < size`). [`windows`] itself clamps bad values
+    /// so it never loops; recipes and commands call this first so a typo is an error instead.
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.size == 0 {
+            return Err(crate::Error::Window("size is 0: a window needs at least one message".into()));
+        }
+        if self.overlap >= self.size {
+            return Err(crate::Error::Window(format!(
+                "overlap {} is not below size {}: every window must add at least one new message",
+                self.overlap, self.size
+            )));
+        }
+        if self.max_message_chars == 0 {
+            return Err(crate::Error::Window("max_message_chars is 0".into()));
+        }
+        Ok(())
+    }
+
     /// LoCoMo: 25 turns, overlap 5, all speakers.
     pub fn locomo() -> Self {
         WindowConfig { size: 25, overlap: 5, user_only: false, max_message_chars: Self::DEFAULT_MAX_MESSAGE_CHARS }
@@ -322,6 +341,9 @@ mod tests {
     fn degenerate_configs_are_clamped() {
         let c = WindowConfig { size: 0, overlap: 9, user_only: false, max_message_chars: 10 };
         assert_eq!((c.effective_size(), c.effective_overlap(), c.step()), (1, 0, 1));
+        assert!(c.validate().unwrap_err().to_string().contains("size is 0"));
+        assert!(WindowConfig { size: 4, overlap: 4, ..c }.validate().unwrap_err().to_string().contains("overlap 4 is not below size 4"));
+        assert!(WindowConfig::locomo().validate().is_ok() && WindowConfig::longmemeval().validate().is_ok());
         let c = WindowConfig { size: 4, overlap: 9, ..c };
         assert_eq!((c.effective_overlap(), c.step()), (3, 1));
         assert_eq!(c.window_count(0), 0);
