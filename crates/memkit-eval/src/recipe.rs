@@ -88,8 +88,9 @@ impl DatasetSpec {
     }
 }
 
-/// Where the engine's records come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where the engine's records come from: `records = "rule"`, or
+/// `records = { file = "runs/extract/student.jsonl" }` for the output of `memkit extract`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordSource {
     /// One record per turn, content "Speaker: text", no dimensions.
@@ -98,6 +99,10 @@ pub enum RecordSource {
     Rule,
     /// LoCoMo's own `observation` facts, each pointing at its evidence turns.
     Observations,
+    /// Records JSONL written by `memkit extract` (any extractor: a teacher, a trained student):
+    /// a dialogue gets the records whose window id starts with `<dialogue id>/`. Relative to
+    /// the working directory.
+    File(PathBuf),
 }
 
 /// One system to evaluate.

@@ -160,8 +160,21 @@ fn observation_records(sample: &LocomoSample) -> Vec<MemoryRecord> {
         .collect()
 }
 
-fn records_for(source: RecordSource, dialogue: &Dialogue, sample: Option<&LocomoSample>) -> Result<Vec<MemoryRecord>> {
+fn records_for(source: &RecordSource, dialogue: &Dialogue, sample: Option<&LocomoSample>) -> Result<Vec<MemoryRecord>> {
     Ok(match source {
+        RecordSource::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+            let prefix = format!("{}/", dialogue.id);
+            let mut records = Vec::new();
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let record: MemoryRecord = serde_json::from_str(line)
+                    .map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
+                if record.pointer.window_id.starts_with(&prefix) {
+                    records.push(record);
+                }
+            }
+            records
+        }
         RecordSource::RawTurns => raw_turn_records(dialogue),
         RecordSource::Rule => RuleExtractor::default().extract(dialogue),
         RecordSource::Observations => {
@@ -194,12 +207,12 @@ fn prepare(
         }
         SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
             let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
-            let records = records_for(source, dialogue, sample)?;
+            let records = records_for(&source, dialogue, sample)?;
             let index = Bm25Index::from_records(&records);
             Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index) }
         }
         SystemSpec::Engine { records, retrieval, adaptive_stop, dense, .. } => {
-            let records = records_for(*records, dialogue, sample)?;
+            let records = records_for(records, dialogue, sample)?;
             let mut tri = TriPath::new(&records, retrieval.clone())?;
             if *dense {
                 let embedder = embedder.ok_or_else(|| {

@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use memkit_data::Window;
 use memkit_prompt::{ChatMessage, ExtractOptions, Prompts};
-use memkit_schema::{ExtractedMemory, ExtractorSchemaOptions, RecordError, extractor_json_schema, parse_extractor_output};
+use memkit_schema::{
+    ExtractedMemory, ExtractorSchemaOptions, MemoryRecord, Pointer, RecordError, extractor_json_schema, parse_extractor_output,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -66,6 +68,25 @@ impl Extraction {
             errors.push(RecordError { index: None, reason, raw });
         }
         Self { window_id: window.id.clone(), records, errors, raw, usage }
+    }
+
+    /// The records as stored memory: ids `<window id>#<n>`, pointers to the source message's
+    /// turn, speaker and timestamp in `window`.
+    pub fn to_records(&self, window: &Window) -> Vec<MemoryRecord> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter_map(|(n, record)| {
+                let message = window.message(record.source_id)?;
+                let pointer = Pointer {
+                    window_id: window.id.clone(),
+                    turn_ids: vec![message.turn_id.clone()],
+                    speaker: message.speaker.clone(),
+                    timestamp: message.timestamp.map(|t| t.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default(),
+                };
+                Some(record.clone().into_record(format!("{}#{n}", window.id), pointer))
+            })
+            .collect()
     }
 }
 
@@ -158,7 +179,8 @@ impl OpenAiExtractor {
         self
     }
 
-    fn request(&self, window: &Window) -> Result<ChatCompletionRequest> {
+    /// The request for one window (also what an OpenAI batch-API file holds per line).
+    pub fn request(&self, window: &Window) -> Result<ChatCompletionRequest> {
         let mut request =
             ChatCompletionRequest::new(self.client.config().model.clone(), render_messages(&self.prompts, window, &self.config)?);
         request.max_tokens = Some(self.config.max_tokens);

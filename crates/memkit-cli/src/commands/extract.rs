@@ -4,9 +4,14 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
+use memkit_infer::generate::{EngineOptions, LlamaEngine};
+use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
+use memkit_infer::{ExtractConfig, Extractor, OpenAiExtractor};
+use memkit_schema::{ExtractorSchemaOptions, MemoryRecord};
 
-use super::DialogueArgs;
+use super::{DialogueArgs, Format};
 
 /// Which extractor turns turns into records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -15,19 +20,61 @@ pub enum ExtractorKind {
     Rule,
     /// One record per turn, no dimensions (the raw-turns baseline).
     RawTurns,
+    /// A language model over windows: a GGUF in-process (--model) or an OpenAI-compatible
+    /// endpoint (--endpoint). Chosen automatically when either is given.
+    Model,
 }
 
 /// Turn dialogues into memory records (JSONL on stdout or --output).
 ///
-/// Only the no-model extractors exist so far; the local GGUF student and teacher and
-/// OpenAI-compatible endpoints come with the inference crate.
+/// The rule and raw-turns baselines work per turn. A model (a GGUF file or packaged model name
+/// with --model, or an OpenAI-compatible server with --endpoint) reads overlapping windows
+/// (LoCoMo: 25 messages with 5 of context; LongMemEval: 15 user messages with 3) with the
+/// extraction prompt, decodes JSON constrained by the record schema, and keeps records whose
+/// source message is in the window's non-overlap suffix.
+///
+/// Examples:
+///   memkit extract -i ../shared/data/locomo/locomo10.json --format locomo --model qwen2.5-coder-1.5b-instruct --limit 3
+///   memkit extract -i dialogues.jsonl --model runs/student/model-q8_0.gguf -o records.jsonl
+///   memkit extract -i dialogues.jsonl --endpoint http://127.0.0.1:8080/v1 --endpoint-model student
 #[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(flatten)]
     dialogues: DialogueArgs,
-    /// The extractor.
-    #[arg(long, value_enum, default_value = "rule")]
-    extractor: ExtractorKind,
+    /// The extractor (default: `model` when --model or --endpoint is given, else `rule`).
+    #[arg(long, value_enum)]
+    extractor: Option<ExtractorKind>,
+    /// A GGUF file or a packaged model name (see `memkit models list`).
+    #[arg(long, conflicts_with = "endpoint")]
+    model: Option<String>,
+    /// An OpenAI-compatible API root including /v1.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// The model name sent to --endpoint.
+    #[arg(long, default_value = "default")]
+    endpoint_model: String,
+    /// Messages per window (default: 25 for LoCoMo and JSONL, 15 user messages for LongMemEval).
+    #[arg(long)]
+    window: Option<usize>,
+    /// Context messages shared with the previous window (default: 5, LongMemEval 3).
+    #[arg(long)]
+    overlap: Option<usize>,
+    /// Extract from at most this many windows (in dialogue order).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Records per window (the prompt and the schema say so).
+    #[arg(long, default_value_t = 8)]
+    max_memories: usize,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 800)]
+    max_tokens: usize,
+    /// Windows decoded together (GGUF).
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// llama.cpp threads (GGUF; default: the cores available).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Write records here instead of stdout (written to a temp file, then renamed).
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -35,23 +82,59 @@ pub struct Args {
 
 pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     let dialogues = args.dialogues.load()?;
-    let bar = bars.bar(dialogues.len() as u64, "extract");
-    let mut lines = String::new();
-    let mut count = 0usize;
-    let rule = RuleExtractor::default();
-    for d in &dialogues {
-        let records = match args.extractor {
-            ExtractorKind::Rule => rule.extract(d),
-            ExtractorKind::RawTurns => raw_turn_records(d),
-        };
-        for r in &records {
-            lines.push_str(&serde_json::to_string(r)?);
-            lines.push('\n');
+    let kind =
+        args.extractor.unwrap_or(if args.model.is_some() || args.endpoint.is_some() { ExtractorKind::Model } else { ExtractorKind::Rule });
+    let mut records: Vec<MemoryRecord> = Vec::new();
+    match kind {
+        ExtractorKind::Rule | ExtractorKind::RawTurns => {
+            let bar = bars.bar(dialogues.len() as u64, "extract");
+            let rule = RuleExtractor::default();
+            for d in &dialogues {
+                records.extend(if kind == ExtractorKind::Rule { rule.extract(d) } else { raw_turn_records(d) });
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
         }
-        count += records.len();
-        bar.inc(1);
+        ExtractorKind::Model => {
+            let mut config =
+                if args.dialogues.format == Format::Longmemeval { WindowConfig::longmemeval() } else { WindowConfig::locomo() };
+            config.size = args.window.unwrap_or(config.size);
+            config.overlap = args.overlap.unwrap_or(config.overlap);
+            config.validate()?;
+            let mut all: Vec<Window> = dialogues.iter().flat_map(|d| windows(d, &config)).collect();
+            all.truncate(args.limit.unwrap_or(usize::MAX));
+            let extract = ExtractConfig {
+                schema: ExtractorSchemaOptions { max_memories: args.max_memories, ..ExtractorSchemaOptions::default() },
+                max_tokens: args.max_tokens,
+                ..ExtractConfig::default()
+            };
+            let (extractor, chunk) = extractor(&args, extract)?;
+            let bar = bars.bar(all.len() as u64, "extract");
+            let (mut bad, mut invalid) = (0usize, 0usize);
+            for group in all.chunks(chunk) {
+                let extractions = extractor.extract(group).with_context(|| format!("extracting window {}", group[0].id))?;
+                for (window, extraction) in group.iter().zip(&extractions) {
+                    invalid += extraction.errors.len();
+                    bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
+                    records.extend(extraction.to_records(window));
+                }
+                bar.inc(group.len() as u64);
+            }
+            bar.finish_and_clear();
+            tracing::info!(
+                extractor = extractor.id(),
+                windows = all.len(),
+                unusable_windows = bad,
+                dropped_records = invalid,
+                "model extraction"
+            );
+        }
     }
-    bar.finish_and_clear();
+    let mut lines = String::new();
+    for r in &records {
+        lines.push_str(&serde_json::to_string(r)?);
+        lines.push('\n');
+    }
     match &args.output {
         Some(path) => {
             let tmp = path.with_extension("jsonl.tmp");
@@ -60,6 +143,23 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         }
         None => std::io::stdout().lock().write_all(lines.as_bytes())?,
     }
-    tracing::info!(dialogues = dialogues.len(), records = count, "extracted");
+    tracing::info!(dialogues = dialogues.len(), records = records.len(), "extracted");
     Ok(())
+}
+
+/// The model extractor the flags name, and how many windows to hand it at once.
+fn extractor(args: &Args, config: ExtractConfig) -> anyhow::Result<(Box<dyn Extractor>, usize)> {
+    if let Some(endpoint) = &args.endpoint {
+        let client = OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone()));
+        return Ok((Box::new(OpenAiExtractor::new(client, config)?), 1));
+    }
+    let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
+    let path = memkit_teacher::teacher::resolve_model(model)?;
+    let mut options = EngineOptions { n_seq_max: args.batch.max(1) as u32 + 1, ..EngineOptions::default() };
+    options.n_ctx = 2048 + args.batch.max(1) as u32 * (4096 + args.max_tokens as u32);
+    if let Some(threads) = args.threads {
+        options.n_threads = threads;
+    }
+    let engine = LlamaEngine::load(&path, options).with_context(|| format!("loading {}", path.display()))?;
+    Ok((Box::new(memkit_infer::extract::LocalExtractor::new(engine, config)?), args.batch.max(1)))
 }

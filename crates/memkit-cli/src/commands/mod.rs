@@ -1,12 +1,14 @@
 //! One module per subcommand.
 
 pub mod convert;
+pub mod distill;
 pub mod eval;
 pub mod extract;
 pub mod ingest;
 pub mod models;
 pub mod query;
 pub mod serve;
+pub mod train;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,176 @@
+//! `memkit distill`: label dialogue windows with a teacher and write the SFT dataset.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use memkit_teacher::cache::Cache;
+use memkit_teacher::recipe::TeacherSpec;
+use memkit_teacher::teacher::HttpTeacher;
+use memkit_teacher::{DistillRecipe, RunOptions, batch, dataset, stats};
+
+use crate::progress::Bars;
+
+/// Label dialogue windows with a teacher model and write an SFT dataset.
+///
+/// Draws the recipe's windows (LongMemEval-S filler sessions, MemoryBank; never LoCoMo) in a
+/// seeded order, answers from the reply cache what it can, asks the teacher for the rest, validates
+/// every record and appends each finished window to <out>/ledger.jsonl (failures, with the raw
+/// reply, to failures.jsonl). Re-running skips finished windows; a killed run loses at most the
+/// batch in flight. Then writes train.jsonl, valid.jsonl, stats.md, stats.json and README.md.
+///
+/// Examples:
+///   memkit distill --recipe recipes/distill/lme-filler.toml
+///   memkit distill --recipe recipes/distill/lme-filler.toml --limit 20
+///   memkit distill --recipe recipes/distill/openai.toml --export-batch batch.jsonl
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The distill recipe (see recipes/distill/; unknown keys are errors).
+    #[arg(long, short)]
+    recipe: PathBuf,
+    /// Where the benchmark files live; relative corpus paths in the recipe resolve against it.
+    #[arg(long, env = "MEMKIT_SHARED_DATA", default_value = "../shared/data")]
+    data_dir: PathBuf,
+    /// The reply cache (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Label at most this many new windows in this run.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Only rewrite the dataset and stats from the ledger; ask the teacher nothing.
+    #[arg(long, conflicts_with_all = ["export_batch", "import_batch"])]
+    write_only: bool,
+    /// OpenAI teachers: write the unfinished windows' requests as an OpenAI batch-API JSONL file and stop.
+    #[arg(long, value_name = "FILE")]
+    export_batch: Option<PathBuf>,
+    /// OpenAI teachers: store a batch-API results file in the cache, then label as usual (no requests for those windows).
+    #[arg(long, value_name = "FILE")]
+    import_batch: Option<PathBuf>,
+}
+
+struct Bar(ProgressBar);
+
+impl memkit_teacher::Progress for Bar {
+    fn start(&self, total: u64, done: u64) {
+        self.0.set_length(total);
+        self.0.set_position(done);
+        self.0.reset_eta();
+    }
+    fn advance(&self, n: u64, status: &str) {
+        self.0.inc(n);
+        self.0.set_message(status.to_owned());
+    }
+    fn finish(&self) {
+        self.0.finish();
+    }
+}
+
+pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    let recipe = DistillRecipe::from_file(&args.recipe)?;
+    let command = format!("memkit distill --recipe {}", args.recipe.display());
+    let cache_dir = args.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    let options = RunOptions { data_dir: args.data_dir.clone(), cache_dir: cache_dir.clone(), limit: args.limit };
+    let out_dir = recipe.out_dir();
+    let config = recipe.generation.extract_config();
+
+    if args.export_batch.is_some() || args.import_batch.is_some() {
+        let teacher = http_teacher(&recipe)?;
+        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
+        if let Some(path) = &args.export_batch {
+            let n = batch::export(&recipe, &corpus, &teacher, path)?;
+            tracing::info!(requests = n, file = %path.display(), "wrote batch requests; import the results with --import-batch");
+            return Ok(());
+        }
+        if let Some(path) = &args.import_batch {
+            let imported = batch::import(&recipe, &corpus, &teacher, &Cache::new(&cache_dir), path)?;
+            tracing::info!(stored = imported.stored, failed = imported.failed, "imported batch results into the cache");
+        }
+    }
+
+    let (corpus, teacher_id, price) = if args.write_only {
+        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
+        (corpus, teacher_name(&recipe), price_of(&recipe))
+    } else {
+        let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, config).context("starting the teacher")?;
+        let bar = Bar(bars.bar(0, "distill"));
+        let (corpus, summary) = memkit_teacher::run(&recipe, &options, teacher.as_ref(), &bar)
+            .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
+        tracing::info!(
+            labelled = summary.labelled,
+            unparsable = summary.unparsable,
+            from_cache = summary.from_cache,
+            failed = summary.backend_failures,
+            already_done = summary.already_done,
+            "run finished"
+        );
+        (corpus, teacher.id().to_owned(), teacher.price())
+    };
+
+    let data = dataset::build(&recipe, &corpus)?;
+    dataset::write_jsonl(&data, &out_dir)?;
+    let s = stats::compute(&data, &corpus, price);
+    stats::write(&s, &out_dir, &recipe.name, &teacher_id, &command)?;
+    memkit_teacher::write_atomic(&out_dir.join("README.md"), readme(&recipe, &s, &teacher_id, &command).as_bytes())?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "{}: {} / {} windows labelled ({:.1}% valid JSON), {} records, {} train / {} valid examples",
+            out_dir.display(),
+            s.windows_finished,
+            s.windows_drawn,
+            100.0 * s.json_validity,
+            s.records,
+            s.train_examples,
+            s.valid_examples
+        );
+        println!("stats: {}", out_dir.join("stats.md").display());
+    }
+    Ok(())
+}
+
+fn http_teacher(recipe: &DistillRecipe) -> anyhow::Result<HttpTeacher> {
+    let TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } = &recipe.teacher else {
+        anyhow::bail!("--export-batch / --import-batch need an `openai` teacher in the recipe");
+    };
+    let mut config = memkit_infer::openai::OpenAiConfig::new(base_url.clone(), model.clone());
+    config.api_key_env.clone_from(api_key_env);
+    config.timeout = std::time::Duration::from_secs(*timeout_s);
+    config.max_retries = *max_retries;
+    Ok(HttpTeacher::new(config, *concurrency, *price, recipe.generation.extract_config())?)
+}
+
+fn teacher_name(recipe: &DistillRecipe) -> String {
+    match &recipe.teacher {
+        TeacherSpec::Local { model, .. } => format!("local:{model}"),
+        TeacherSpec::Openai { base_url, model, .. } => format!("openai:{model}@{base_url}"),
+    }
+}
+
+fn price_of(recipe: &DistillRecipe) -> Option<memkit_teacher::recipe::Price> {
+    match &recipe.teacher {
+        TeacherSpec::Openai { price, .. } => *price,
+        TeacherSpec::Local { .. } => None,
+    }
+}
+
+fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str) -> String {
+    format!(
+        "# {name}\n\n{description}\n\nTeacher-labelled SFT data for a memory extractor, written by memkit.\n\n\
+         - Teacher: `{teacher}`\n- Made with: `{command}` (after `memkit models fetch` of the teacher); re-running it skips \
+         finished windows and rewrites these files from `ledger.jsonl`.\n\
+         - Windows: {finished} labelled of {drawn} drawn ({train} train / {valid} valid examples, split by dialogue).\n\n\
+         Files: `ledger.jsonl` (every finished window: validated records, dropped records with the reason, tokens and time), \
+         `failures.jsonl` (unparsable replies and failed requests, with the reason), `train.jsonl` / `valid.jsonl` \
+         (`{{\"window_id\", \"source\", \"messages\": [system, user, assistant]}}`: the extractor prompt exactly as memkit renders \
+         it at inference, and the validated records as compact JSON), `stats.md` / `stats.json`.\n\n\
+         Sources: LongMemEval-S filler sessions (no question's evidence, in no haystack of the evaluation split) and \
+         MemoryBank dialogues; never LoCoMo.\n",
+        name = recipe.name,
+        description = recipe.description,
+        finished = s.windows_finished,
+        drawn = s.windows_drawn,
+        train = s.train_examples,
+        valid = s.valid_examples,
+    )
+}

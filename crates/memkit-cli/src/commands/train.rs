@@ -1,0 +1,109 @@
+//! `memkit train`: fine-tune a student model from a train recipe.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use memkit_train::{EvalMetrics, Recipe, Reporter, StepMetrics, TrainOptions, TrainPlan};
+
+use crate::progress::Bars;
+
+/// Fine-tune a model on distilled data from a train recipe (TOML) and export it in Hugging Face
+/// layout into the run folder, with metrics.jsonl, train.log and checkpoints.
+///
+/// Example: memkit train --recipe recipes/train/smoke.toml
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The train recipe (see recipes/train/ for examples; unknown keys are errors).
+    #[arg(long, short)]
+    recipe: PathBuf,
+    /// Continue from the newest checkpoint in the run folder.
+    #[arg(long)]
+    resume: bool,
+    /// The run folder (overrides the recipe's `run.out_dir`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Overrides the recipe's `run.seed`.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    let mut recipe = Recipe::from_file(&args.recipe)?;
+    if let Some(out) = args.out {
+        recipe.run.out_dir = out;
+    }
+    if let Some(seed) = args.seed {
+        recipe.run.seed = seed;
+    }
+    let options = TrainOptions { resume: args.resume, stop_after: None };
+    let reporter = TrainBar { bars, bar: Mutex::new(None) };
+    let summary = memkit_train::train(&recipe, &args.recipe, &options, &memkit_train::cpu_device(), &reporter)
+        .with_context(|| format!("training with recipe {}", args.recipe.display()))?;
+    if let Some(bar) = reporter.take() {
+        bar.finish_and_clear();
+    }
+    #[allow(clippy::print_stdout)]
+    {
+        let loss = summary.last_loss.map_or("-".to_owned(), |l| format!("{l:.4}"));
+        println!("steps: {}  last loss: {loss}  {:.0} tokens/s", summary.steps, summary.tokens_per_second);
+        if let Some(eval) = &summary.last_eval {
+            println!("valid: loss {:.4}  token accuracy {:.4}", eval.loss, eval.accuracy);
+        }
+        println!("model: {}", summary.run_dir.display());
+    }
+    Ok(())
+}
+
+/// One bar over the optimiser steps, with loss, learning rate and tokens/s in its message.
+struct TrainBar<'a> {
+    bars: &'a Bars,
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl TrainBar<'_> {
+    fn with_bar(&self, f: impl FnOnce(&ProgressBar)) {
+        // A poisoned lock only means another thread panicked mid-update; the bar is still usable.
+        let guard = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bar) = guard.as_ref() {
+            f(bar);
+        }
+    }
+
+    fn take(&self) -> Option<ProgressBar> {
+        self.bar.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Reporter for TrainBar<'_> {
+    fn on_start(&self, plan: &TrainPlan) {
+        let bar = self.bars.bar(plan.total_steps as u64, "train");
+        bar.set_position(plan.start_step as u64);
+        bar.reset_eta();
+        tracing::info!(
+            examples = plan.train.examples,
+            truncated = plan.train.truncated,
+            dropped = plan.train.dropped,
+            target_tokens = plan.train.target_tokens,
+            trainable = plan.trainable_parameters,
+            "training data"
+        );
+        *self.bar.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
+    }
+
+    fn on_step(&self, m: &StepMetrics) {
+        self.with_bar(|bar| {
+            bar.set_position(m.step as u64);
+            bar.set_message(format!("loss {:.4} lr {:.1e} {:.0} tok/s", m.loss, m.lr, m.tokens_per_second));
+        });
+    }
+
+    fn on_eval(&self, m: &EvalMetrics) {
+        self.with_bar(|bar| bar.suspend(|| tracing::info!(step = m.step, loss = m.loss, accuracy = m.accuracy, "eval")));
+    }
+
+    fn on_checkpoint(&self, step: usize, path: &Path) {
+        self.with_bar(|bar| bar.suspend(|| tracing::debug!(step, path = %path.display(), "checkpoint")));
+    }
+}

@@ -1,0 +1,101 @@
+//! OpenAI batch-API files: export the unfinished windows' requests as batch JSONL
+//! (`{"custom_id", "method", "url", "body"}` per line), and import a batch results file
+//! (`{"custom_id", "response": {"status_code", "body"}}` per line) into the reply cache, so the
+//! next `memkit distill` run finishes those windows without a request.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use memkit_infer::extract::Usage;
+use memkit_infer::openai::ChatCompletionResponse;
+use memkit_prompt::Prompts;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{self, Cache};
+use crate::corpus::Corpus;
+use crate::recipe::DistillRecipe;
+use crate::run::{cache_key, ledger_path, messages};
+use crate::teacher::HttpTeacher;
+use crate::{Error, Result, Teacher, ledger, write_atomic};
+
+#[derive(Debug, Serialize)]
+struct RequestLine<'a> {
+    custom_id: &'a str,
+    method: &'static str,
+    url: &'static str,
+    body: memkit_infer::openai::ChatCompletionRequest,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResultLine {
+    custom_id: String,
+    #[serde(default)]
+    response: Option<ResponseEnvelope>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseEnvelope {
+    status_code: u16,
+    body: serde_json::Value,
+}
+
+/// Writes one batch request per window of `corpus` not yet in the ledger; returns the count.
+pub fn export(recipe: &DistillRecipe, corpus: &Corpus, teacher: &HttpTeacher, path: &Path) -> Result<usize> {
+    let done = ledger::finished(ledger::read(&ledger_path(&recipe.out_dir()))?);
+    let mut text = String::new();
+    let mut n = 0;
+    for w in corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)) {
+        let body = teacher.extractor().request(&w.window)?;
+        let line = RequestLine { custom_id: &w.window.id, method: "POST", url: "/v1/chat/completions", body };
+        text.push_str(&serde_json::to_string(&line).expect("plain data"));
+        text.push('\n');
+        n += 1;
+    }
+    write_atomic(path, text.as_bytes())?;
+    Ok(n)
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// Replies stored in the cache.
+    pub stored: usize,
+    /// Lines with an error or a non-200 status (the window stays unfinished).
+    pub failed: usize,
+}
+
+/// Stores the replies of a batch results file in the cache under `teacher`'s keys.
+pub fn import(recipe: &DistillRecipe, corpus: &Corpus, teacher: &HttpTeacher, cache: &Cache, path: &Path) -> Result<Imported> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    let windows: HashMap<&str, &memkit_data::Window> = corpus.windows.iter().map(|w| (w.window.id.as_str(), &w.window)).collect();
+    let prompts = Prompts::embedded()?;
+    let config = recipe.generation.extract_config();
+    let mut imported = Imported::default();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |message: String| Error::BatchResult { path: path.to_owned(), line: i + 1, message };
+        let result: ResultLine = serde_json::from_str(line).map_err(|e| bad(format!("not a batch result line: {e}")))?;
+        let window = windows
+            .get(result.custom_id.as_str())
+            .ok_or_else(|| bad(format!("custom_id {:?} is no window of this recipe", result.custom_id)))?;
+        let response = match (result.response, result.error) {
+            (Some(r), None) if r.status_code == 200 => r.body,
+            (response, error) => {
+                let status = response.map(|r| r.status_code);
+                tracing::warn!(window = %result.custom_id, ?status, ?error, "batch request failed; the window stays unfinished");
+                imported.failed += 1;
+                continue;
+            }
+        };
+        let response: ChatCompletionResponse =
+            serde_json::from_value(response).map_err(|e| bad(format!("response body is not a chat completion: {e}")))?;
+        let counts = response.usage.unwrap_or_default();
+        let usage = Usage { prompt_tokens: counts.prompt_tokens, completion_tokens: counts.completion_tokens, millis: 0 };
+        let raw = response.content().unwrap_or_default().to_owned();
+        let key = cache_key(teacher.id(), &messages(&prompts, window, &config)?, &recipe.generation);
+        cache.put(&key, &cache::Entry { model: teacher.id().to_owned(), raw, usage })?;
+        imported.stored += 1;
+    }
+    Ok(imported)
+}

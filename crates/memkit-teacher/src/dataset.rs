@@ -1,0 +1,95 @@
+//! The SFT dataset of a run: `train.jsonl` / `valid.jsonl` rows of `messages` (system, user,
+//! assistant = the compact JSON of the validated records), split by dialogue so no dialogue is
+//! in both, written from the ledger (the source of truth) after every run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use memkit_data::{Split, SplitRatios, assign_split};
+use memkit_prompt::{ChatMessage, Prompts};
+use memkit_schema::ExtractorOutput;
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::{Corpus, SourceKind};
+use crate::ledger::{self, Entry, Status};
+use crate::recipe::DistillRecipe;
+use crate::run::{ledger_path, messages};
+use crate::validate::Validated;
+use crate::{Result, write_atomic};
+
+/// One training example.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Example {
+    /// The window.
+    pub window_id: String,
+    /// Where it comes from.
+    pub source: SourceKind,
+    /// System, user and assistant messages: exactly what the extractor prompt renders, and
+    /// the teacher's validated records as compact JSON.
+    pub messages: Vec<ChatMessage>,
+}
+
+/// The examples of each split and the ledger entries they came from.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    /// Training examples, in draw order.
+    pub train: Vec<Example>,
+    /// Validation examples, in draw order.
+    pub valid: Vec<Example>,
+    /// Finished ledger entries of the drawn windows, in draw order.
+    pub entries: Vec<Entry>,
+    /// Ledger entries of windows the recipe no longer draws (left out of the dataset).
+    pub stale: usize,
+}
+
+/// Builds the dataset from the ledger in `recipe`'s output folder.
+pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
+    let out_dir = recipe.out_dir();
+    let mut done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
+    let prompts = Prompts::embedded()?;
+    let config = recipe.generation.extract_config();
+    let ratios = SplitRatios { train: 1.0 - recipe.output.valid_share, valid: recipe.output.valid_share, test: 0.0 };
+    let mut dataset = Dataset::default();
+    for w in &corpus.windows {
+        let Some(mut entry) = done.remove(&w.window.id) else { continue };
+        // Checks added after a window was labelled apply to it too (they are idempotent).
+        let mut checked = Validated { records: std::mem::take(&mut entry.records), dropped: std::mem::take(&mut entry.dropped) };
+        checked.drop_duplicates();
+        (entry.records, entry.dropped) = (checked.records, checked.dropped);
+        if entry.status == Status::Ok {
+            let mut chat = messages(&prompts, &w.window, &config)?;
+            let reply = ExtractorOutput { memories: entry.records.clone() };
+            chat.push(ChatMessage::assistant(serde_json::to_string(&reply).expect("plain data")));
+            let example = Example { window_id: w.window.id.clone(), source: w.source, messages: chat };
+            match assign_split(&w.window.dialogue_id, recipe.output.split_seed, &ratios) {
+                Split::Valid => dataset.valid.push(example),
+                _ => dataset.train.push(example),
+            }
+        }
+        dataset.entries.push(entry);
+    }
+    dataset.stale = done.len();
+    Ok(dataset)
+}
+
+/// Writes `train.jsonl` and `valid.jsonl` into `out_dir` atomically.
+pub fn write_jsonl(dataset: &Dataset, out_dir: &Path) -> Result<()> {
+    for (name, rows) in [("train.jsonl", &dataset.train), ("valid.jsonl", &dataset.valid)] {
+        let mut text = String::new();
+        for row in rows {
+            text.push_str(&serde_json::to_string(row).expect("plain data"));
+            text.push('\n');
+        }
+        write_atomic(&out_dir.join(name), text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Per-source counts of finished windows.
+pub fn windows_per_source(entries: &[Entry]) -> BTreeMap<SourceKind, usize> {
+    let mut counts = BTreeMap::new();
+    for e in entries {
+        *counts.entry(e.source).or_default() += 1;
+    }
+    counts
+}

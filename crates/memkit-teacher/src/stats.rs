@@ -1,0 +1,183 @@
+//! Dataset statistics: `stats.json` (machine-readable) and `stats.md` (for people) from the
+//! ledger entries of the drawn windows.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::{Corpus, SourceKind};
+use crate::dataset::{Dataset, windows_per_source};
+use crate::ledger::Status;
+use crate::recipe::Price;
+use crate::{Result, write_atomic};
+
+/// Everything `stats.md` shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Windows the recipe draws.
+    pub windows_drawn: usize,
+    /// Windows finished (ledger).
+    pub windows_finished: usize,
+    /// Finished windows per source.
+    pub windows_per_source: BTreeMap<SourceKind, usize>,
+    /// Finished windows whose reply parsed.
+    pub windows_parsed: usize,
+    /// `windows_parsed / windows_finished`.
+    pub json_validity: f64,
+    /// Examples in train / valid.
+    pub train_examples: usize,
+    /// Examples in valid.
+    pub valid_examples: usize,
+    /// Records kept after validation.
+    pub records: usize,
+    /// Records dropped by validation, per reason.
+    pub dropped: BTreeMap<String, usize>,
+    /// `records / (records + dropped)`.
+    pub record_validity: f64,
+    /// Parsed windows with no records kept.
+    pub empty_windows: usize,
+    /// Mean records per parsed window.
+    pub records_per_window: f64,
+    /// Kept records per type.
+    pub type_mix: BTreeMap<String, usize>,
+    /// Share of kept records with a non-empty field (time, location, reason, purpose, keywords).
+    pub fill_rates: BTreeMap<String, f64>,
+    /// Teacher prompt tokens (all finished windows).
+    pub prompt_tokens: usize,
+    /// Teacher completion tokens.
+    pub completion_tokens: usize,
+    /// Mean seconds per window the teacher took (windows labelled without the cache).
+    pub seconds_per_window: f64,
+    /// Completion tokens per second of teacher time (same windows).
+    pub completion_tokens_per_second: f64,
+    /// Estimated cost in US dollars, when the recipe gives prices.
+    pub cost_usd: Option<f64>,
+    /// Windows skipped as too long.
+    pub skipped_long: usize,
+    /// LongMemEval-S filler sessions used / excluded.
+    pub lme_sessions_used: usize,
+    /// LongMemEval-S sessions excluded as evidence or evaluation haystack.
+    pub lme_sessions_excluded: usize,
+}
+
+/// Computes the statistics of `dataset`.
+pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>) -> Stats {
+    let entries = &dataset.entries;
+    let parsed: Vec<_> = entries.iter().filter(|e| e.status == Status::Ok).collect();
+    let records: Vec<_> = parsed.iter().flat_map(|e| &e.records).collect();
+    let mut dropped = BTreeMap::new();
+    for d in parsed.iter().flat_map(|e| &e.dropped) {
+        *dropped.entry(d.reason.name().to_owned()).or_default() += 1;
+    }
+    let n_dropped: usize = dropped.values().sum();
+    let mut type_mix = BTreeMap::new();
+    for r in &records {
+        *type_mix.entry(r.dimension.memory_type.to_string()).or_default() += 1;
+    }
+    let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+    let filled =
+        |f: &dyn Fn(&memkit_schema::ExtractedDimension) -> bool| share(records.iter().filter(|r| f(&r.dimension)).count(), records.len());
+    let fill_rates = [
+        ("time", filled(&|d| !d.time.trim().is_empty())),
+        ("location", filled(&|d| !d.location.trim().is_empty())),
+        ("reason", filled(&|d| !d.reason.trim().is_empty())),
+        ("purpose", filled(&|d| !d.purpose.trim().is_empty())),
+        ("keywords", filled(&|d| !d.keywords.is_empty())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let fresh: Vec<_> = entries.iter().filter(|e| !e.cached && e.usage.millis > 0).collect();
+    let fresh_ms: u64 = fresh.iter().map(|e| e.usage.millis).sum();
+    let fresh_out: usize = fresh.iter().map(|e| e.usage.completion_tokens).sum();
+    let prompt_tokens = entries.iter().map(|e| e.usage.prompt_tokens).sum();
+    let completion_tokens = entries.iter().map(|e| e.usage.completion_tokens).sum();
+    Stats {
+        windows_drawn: corpus.windows.len(),
+        windows_finished: entries.len(),
+        windows_per_source: windows_per_source(entries),
+        windows_parsed: parsed.len(),
+        json_validity: share(parsed.len(), entries.len()),
+        train_examples: dataset.train.len(),
+        valid_examples: dataset.valid.len(),
+        records: records.len(),
+        record_validity: share(records.len(), records.len() + n_dropped),
+        dropped,
+        empty_windows: parsed.iter().filter(|e| e.records.is_empty()).count(),
+        records_per_window: share(records.len(), parsed.len()),
+        type_mix,
+        fill_rates,
+        prompt_tokens,
+        completion_tokens,
+        seconds_per_window: share(fresh_ms as usize, fresh.len()) / 1000.0,
+        completion_tokens_per_second: share(fresh_out * 1000, fresh_ms as usize),
+        cost_usd: price.map(|p| (prompt_tokens as f64 * p.prompt_per_mtok + completion_tokens as f64 * p.completion_per_mtok) / 1e6),
+        skipped_long: corpus.skipped_long,
+        lme_sessions_used: corpus.lme_sessions_used,
+        lme_sessions_excluded: corpus.lme_sessions_excluded,
+    }
+}
+
+/// `stats.md`.
+pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> String {
+    let mut md = String::new();
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let _ = writeln!(md, "# {title}: dataset statistics\n");
+    let _ = writeln!(md, "Teacher: `{teacher}`. Written by `{command}` from `ledger.jsonl`.\n");
+    let _ = writeln!(md, "| | |\n|---|---|");
+    let _ = writeln!(md, "| windows finished / drawn | {} / {} |", stats.windows_finished, stats.windows_drawn);
+    for (source, n) in &stats.windows_per_source {
+        let _ = writeln!(
+            md,
+            "| · from {} | {n} |",
+            serde_json::to_value(source).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+        );
+    }
+    let _ =
+        writeln!(md, "| JSON validity (windows) | {} ({} / {}) |", pct(stats.json_validity), stats.windows_parsed, stats.windows_finished);
+    let _ = writeln!(md, "| train / valid examples | {} / {} |", stats.train_examples, stats.valid_examples);
+    let _ = writeln!(md, "| records kept | {} ({} of records passed validation) |", stats.records, pct(stats.record_validity));
+    let _ = writeln!(md, "| records per window | {:.2} ({} windows with none) |", stats.records_per_window, stats.empty_windows);
+    let _ = writeln!(md, "| teacher tokens in / out | {} / {} |", stats.prompt_tokens, stats.completion_tokens);
+    let _ = writeln!(
+        md,
+        "| teacher time per window | {:.1} s ({:.1} completion tokens/s) |",
+        stats.seconds_per_window, stats.completion_tokens_per_second
+    );
+    if let Some(cost) = stats.cost_usd {
+        let _ = writeln!(md, "| estimated cost | ${cost:.4} |");
+    }
+    let _ = writeln!(md, "| windows skipped as too long | {} |", stats.skipped_long);
+    if stats.lme_sessions_used > 0 {
+        let _ = writeln!(
+            md,
+            "| LongMemEval-S filler sessions used / excluded | {} / {} |",
+            stats.lme_sessions_used, stats.lme_sessions_excluded
+        );
+    }
+    let _ = writeln!(md, "\n## Type mix\n\n| type | records | share |\n|---|---|---|");
+    for (t, n) in &stats.type_mix {
+        let _ = writeln!(md, "| {t} | {n} | {} |", pct(*n as f64 / stats.records.max(1) as f64));
+    }
+    let _ = writeln!(md, "\n## Field fill rates (kept records)\n\n| field | filled |\n|---|---|");
+    for (f, r) in &stats.fill_rates {
+        let _ = writeln!(md, "| {f} | {} |", pct(*r));
+    }
+    let _ = writeln!(md, "\n## Records dropped by validation\n\n| reason | records |\n|---|---|");
+    if stats.dropped.is_empty() {
+        let _ = writeln!(md, "| (none) | 0 |");
+    }
+    for (reason, n) in &stats.dropped {
+        let _ = writeln!(md, "| {reason} | {n} |");
+    }
+    md
+}
+
+/// Writes `stats.json` and `stats.md` into `out_dir`.
+pub fn write(stats: &Stats, out_dir: &Path, title: &str, teacher: &str, command: &str) -> Result<()> {
+    let json = serde_json::to_string_pretty(stats).expect("plain data");
+    write_atomic(&out_dir.join("stats.json"), json.as_bytes())?;
+    write_atomic(&out_dir.join("stats.md"), markdown(stats, title, teacher, command).as_bytes())
+}

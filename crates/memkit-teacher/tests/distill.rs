@@ -1,0 +1,213 @@
+//! Distillation end to end on real MemoryBank windows.
+//!
+//! - Teachers that fail: a loopback HTTP server that answers 500, answers garbage, never
+//!   answers, or answers a completion that is not JSON. Finished windows must be kept,
+//!   failed requests retried on the next run, bad replies ledgered with their raw text.
+//! - The real thing (skipped unless SmolLM2-135M is installed, or failing when
+//!   `MEMKIT_REQUIRE_MODELS=1`): `memkit serve` over SmolLM2 as an OpenAI teacher and the same
+//!   GGUF in-process write the same records; a second run asks nothing; a lost ledger is
+//!   rebuilt from the cache.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use memkit_teacher::ledger::{self, Entry, Failure, Status};
+use memkit_teacher::run::{failures_path, ledger_path};
+use memkit_teacher::teacher::from_spec;
+use memkit_teacher::{DistillRecipe, Error, RunOptions, RunSummary, run};
+
+fn recipe(out: &Path, windows: usize, teacher: &str) -> DistillRecipe {
+    let text = format!(
+        r#"
+name = "test"
+out_dir = "{out}"
+[corpus]
+windows = {windows}
+window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}
+[corpus.memorybank]
+path = "memorybank/memory_bank_en.json"
+[teacher]
+{teacher}
+[generation]
+max_memories = 4
+max_tokens = 160
+"#,
+        out = out.display()
+    );
+    DistillRecipe::from_toml(&text).unwrap()
+}
+
+fn openai(base_url: &str, retries: u32) -> String {
+    format!("kind = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\nconcurrency = 1\ntimeout_s = 1\nmax_retries = {retries}")
+}
+
+fn options(cache: &Path) -> RunOptions {
+    RunOptions { data_dir: memkit_data::shared_data_dir(), cache_dir: cache.to_owned(), limit: None }
+}
+
+fn distill(recipe: &DistillRecipe, cache: &Path) -> Result<RunSummary, Error> {
+    let teacher = from_spec(&recipe.teacher, recipe.generation.extract_config())?;
+    run(recipe, &options(cache), teacher.as_ref(), &memkit_teacher::run::Silent).map(|(_, s)| s)
+}
+
+/// How the fake teacher answers.
+#[derive(Clone, Copy)]
+enum Mode {
+    Status500,
+    Garbage,
+    Hang,
+    NotJsonContent,
+}
+
+/// A loopback HTTP server answering every request per `mode`; counts requests.
+fn bad_server(mode: Mode) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || answer(stream, mode));
+        }
+    });
+    (format!("http://{addr}/v1"), count)
+}
+
+fn answer(mut stream: TcpStream, mode: Mode) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    let _ = reader.read_exact(&mut body);
+    let (status, body) = match mode {
+        Mode::Status500 => ("500 Internal Server Error", r#"{"error":{"message":"boom","type":"server_error"}}"#.to_owned()),
+        Mode::Garbage => ("200 OK", "<html>not json".to_owned()),
+        Mode::Hang => {
+            std::thread::sleep(Duration::from_secs(5));
+            return;
+        }
+        Mode::NotJsonContent => (
+            "200 OK",
+            serde_json::json!({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sure! Here are the memories you asked for."}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 9, "total_tokens": 19}})
+            .to_string(),
+        ),
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+#[test]
+fn failed_requests_are_ledgered_as_failures_and_retried_next_run() {
+    // (mode, retries allowed, requests expected for 2 windows, reason text): a 500 is retried,
+    // a 200 that is no chat completion is not (asking again gets the same).
+    let cases = [(Mode::Status500, 1, 4, "HTTP 500"), (Mode::Garbage, 1, 2, "not a chat completion"), (Mode::Hang, 0, 2, "")];
+    for (mode, retries, requests, what) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, count) = bad_server(mode);
+        let recipe = recipe(&dir.path().join("out"), 2, &openai(&url, retries));
+        let summary = distill(&recipe, &dir.path().join("cache")).unwrap();
+        assert_eq!(summary.backend_failures, 2, "{url}");
+        assert_eq!(summary.labelled + summary.unparsable, 0);
+        let failures: Vec<Failure> = ledger::read(&failures_path(&recipe.out_dir())).unwrap();
+        assert_eq!(count.load(Ordering::SeqCst), requests, "requests incl. retries: {failures:?}");
+        assert_eq!(failures.len(), 2);
+        assert!(failures.iter().all(|f| f.reason.contains(what) && f.raw.is_empty()), "{failures:?}");
+        assert!(ledger::read::<Entry>(&ledger_path(&recipe.out_dir())).unwrap().is_empty());
+        // Nothing finished, so the next run asks again.
+        let again = distill(&recipe, &dir.path().join("cache")).unwrap();
+        assert_eq!((again.already_done, again.backend_failures), (0, 2));
+    }
+}
+
+#[test]
+fn a_dead_teacher_stops_the_run_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = bad_server(Mode::Status500);
+    let recipe = recipe(&dir.path().join("out"), 12, &openai(&url, 0));
+    let err = distill(&recipe, &dir.path().join("cache")).unwrap_err().to_string();
+    assert!(err.contains("8 teacher requests in a row failed") && err.contains("failures.jsonl"), "{err}");
+}
+
+#[test]
+fn unparsable_replies_are_finished_with_their_raw_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, count) = bad_server(Mode::NotJsonContent);
+    let recipe = recipe(&dir.path().join("out"), 3, &openai(&url, 0));
+    let summary = distill(&recipe, &dir.path().join("cache")).unwrap();
+    assert_eq!((summary.unparsable, summary.labelled, summary.backend_failures), (3, 0, 0));
+    let entries: Vec<Entry> = ledger::read(&ledger_path(&recipe.out_dir())).unwrap();
+    assert!(entries.iter().all(|e| e.status == Status::Unparsable && e.records.is_empty() && e.usage.completion_tokens == 9));
+    let failures: Vec<Failure> = ledger::read(&failures_path(&recipe.out_dir())).unwrap();
+    assert!(failures.iter().all(|f| f.raw.starts_with("Sure!")), "{failures:?}");
+    // Finished windows are not asked again.
+    let again = distill(&recipe, &dir.path().join("cache")).unwrap();
+    assert_eq!((again.already_done, again.unparsable), (3, 0));
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}
+
+/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
+#[allow(clippy::print_stderr)]
+fn smollm2() -> Option<PathBuf> {
+    let path = memkit_infer::models::locate(memkit_infer::models::SMOLLM2_135M.name);
+    if path.is_none() {
+        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but smollm2-135m is not installed");
+        eprintln!("skipped: smollm2-135m is not installed (memkit models fetch smollm2-135m)");
+    }
+    path
+}
+
+fn records(recipe: &DistillRecipe) -> Vec<(String, String)> {
+    let entries: Vec<Entry> = ledger::read(&ledger_path(&recipe.out_dir())).unwrap();
+    let mut out: Vec<(String, String)> =
+        entries.iter().map(|e| (e.window_id.clone(), serde_json::to_string(&e.records).unwrap())).collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn served_and_local_teachers_agree_and_reruns_cost_nothing() {
+    use memkit_infer::generate::{EngineOptions, LlamaEngine};
+    let Some(gguf) = smollm2() else { return };
+    let engine = LlamaEngine::load(&gguf, EngineOptions { n_ctx: 4096, n_threads: 1, n_seq_max: 2, ..EngineOptions::default() }).unwrap();
+    let server = memkit_infer::serve::Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), engine, "smollm2").unwrap();
+    let url = format!("http://{}/v1", server.local_addr());
+    std::thread::spawn(move || server.run().map_err(|e| e.to_string()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let http = recipe(&dir.path().join("http"), 3, &format!("{}\ntimeout_s = 600", openai(&url, 0).replace("\ntimeout_s = 1", "")));
+    let first = distill(&http, &cache).unwrap();
+    assert_eq!(first.labelled + first.unparsable, 3, "{first:?}");
+    assert_eq!(first.from_cache, 0);
+
+    let second = distill(&http, &cache).unwrap();
+    assert_eq!((second.already_done, second.labelled, second.unparsable), (3, 0, 0));
+
+    // A lost ledger is rebuilt from the cache without asking the teacher.
+    std::fs::remove_file(ledger_path(&http.out_dir())).unwrap();
+    let rebuilt = distill(&http, &cache).unwrap();
+    assert_eq!(rebuilt.from_cache, 3);
+
+    let local = recipe(&dir.path().join("local"), 3, &format!("kind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1", gguf.display()));
+    let summary = distill(&local, &cache).unwrap();
+    assert_eq!(summary.from_cache, 0, "the local teacher has its own cache keys");
+    assert_eq!(records(&http), records(&local));
+}

@@ -1,0 +1,214 @@
+//! Distilled chat examples → token ids with an assistant-only loss mask, and length-bucketed
+//! batches.
+//!
+//! Each line of `train.jsonl` / `valid.jsonl` is `{"window_id": "...", "messages": [...]}`.
+//! The messages are rendered with the model's chat template by memkit-prompt's
+//! [`render_for_training`], which also returns the byte spans of the assistant turns; the text
+//! is tokenised with `tokenizer.json`, and a token is trained on when its byte offsets overlap
+//! an assistant span. No string search on ids, so the mask matches the template exactly.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use memkit_prompt::{ChatMessage, ChatTemplate, render_for_training};
+use serde::Deserialize;
+use tokenizers::Tokenizer;
+
+use crate::rng::SplitMix64;
+use crate::{Error, Result};
+
+/// One line of a distilled JSONL file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatExample {
+    /// Which dialogue window the example was distilled from.
+    pub window_id: String,
+    /// System, user and assistant turns; the assistant turns are trained on.
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Reads a JSONL file of [`ChatExample`]s (blank lines are skipped).
+pub fn read_examples(path: &Path) -> Result<Vec<ChatExample>> {
+    let file = fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut examples = Vec::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let example =
+            serde_json::from_str(&line).map_err(|source| Error::Json { path: path.to_path_buf(), line: Some(index + 1), source })?;
+        examples.push(example);
+    }
+    Ok(examples)
+}
+
+/// Token ids of one example and which of them the loss is computed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenizedExample {
+    /// Token ids of the rendered conversation.
+    pub ids: Vec<u32>,
+    /// `true` for tokens of an assistant turn (reply and end-of-turn marker).
+    pub target: Vec<bool>,
+}
+
+/// What tokenising a file did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DataStats {
+    /// Examples kept.
+    pub examples: usize,
+    /// Examples cut to `max_seq_len` (they keep the assistant tokens that fit).
+    pub truncated: usize,
+    /// Examples dropped because no assistant token fits in `max_seq_len`.
+    pub dropped: usize,
+    /// Tokens of the kept examples.
+    pub tokens: usize,
+    /// Assistant (loss) tokens of the kept examples.
+    pub target_tokens: usize,
+}
+
+/// A tokenizer and the chat template that renders examples for it.
+pub struct ChatTokenizer {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    path: PathBuf,
+}
+
+impl ChatTokenizer {
+    /// Loads `tokenizer.json` and the chat template of `tokenizer_config.json` from `dir`.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        let tokenizer = Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer { path: path.clone(), reason: e.to_string() })?;
+        let template = ChatTemplate::from_tokenizer_config(&dir.join("tokenizer_config.json"))?;
+        Ok(ChatTokenizer { tokenizer, template, path })
+    }
+
+    /// Renders and tokenises one conversation. Special tokens come from the template text,
+    /// so none are added (as transformers' `apply_chat_template(tokenize=True)` does).
+    pub fn tokenize(&self, messages: &[ChatMessage]) -> Result<TokenizedExample> {
+        let (text, spans) = render_for_training(&self.template, messages)?;
+        let encoding =
+            self.tokenizer.encode(text.as_str(), false).map_err(|e| Error::Tokenizer { path: self.path.clone(), reason: e.to_string() })?;
+        let target = encoding.get_offsets().iter().map(|&(start, end)| overlaps(start..end, &spans)).collect();
+        Ok(TokenizedExample { ids: encoding.get_ids().to_vec(), target })
+    }
+
+    /// Tokenises every example, cutting each to `max_seq_len` tokens; examples left without an
+    /// assistant token are dropped.
+    pub fn tokenize_all(&self, examples: &[ChatExample], max_seq_len: usize) -> Result<(Vec<TokenizedExample>, DataStats)> {
+        let mut stats = DataStats::default();
+        let mut out = Vec::with_capacity(examples.len());
+        for example in examples {
+            let mut tokenized = self.tokenize(&example.messages)?;
+            if tokenized.ids.len() > max_seq_len {
+                tokenized.ids.truncate(max_seq_len);
+                tokenized.target.truncate(max_seq_len);
+                stats.truncated += 1;
+            }
+            // The first token is never predicted, so it cannot be a target.
+            let targets = tokenized.target.iter().skip(1).filter(|t| **t).count();
+            if targets == 0 {
+                stats.dropped += 1;
+                continue;
+            }
+            stats.examples += 1;
+            stats.tokens += tokenized.ids.len();
+            stats.target_tokens += targets;
+            out.push(tokenized);
+        }
+        Ok((out, stats))
+    }
+}
+
+fn overlaps(token: Range<usize>, spans: &[Range<usize>]) -> bool {
+    spans.iter().any(|span| token.start < span.end && token.end > span.start)
+}
+
+/// Groups examples of similar length into batches of `batch_size` (sorted by length, then cut),
+/// so little compute goes to padding. Returns indices into `examples`.
+pub fn bucket_batches(examples: &[TokenizedExample], batch_size: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    order.sort_by_key(|&i| (examples[i].ids.len(), i));
+    order.chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
+}
+
+/// The order batches are visited in during `epoch`: a shuffle seeded by `(seed, epoch)`, so a
+/// resumed run visits the same batches as an uninterrupted one.
+pub fn epoch_order(batches: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..batches).collect();
+    SplitMix64::new(seed ^ (epoch as u64).wrapping_mul(0xA24B_AED4_963E_E407)).shuffle(&mut order);
+    order
+}
+
+/// A batch on the device: inputs, next-token targets and the loss weight of each target.
+pub struct Batch {
+    /// `[batch, seq_len]` token ids (right-padded).
+    pub inputs: Tensor<2, Int>,
+    /// `[batch, seq_len]` the token after each input.
+    pub targets: Tensor<2, Int>,
+    /// `[batch, seq_len]` 1 where the target is an assistant token, else 0.
+    pub weights: Tensor<2>,
+    /// Number of weighted targets.
+    pub target_tokens: usize,
+    /// Non-padding input tokens.
+    pub tokens: usize,
+}
+
+impl Batch {
+    /// Shifts, right-pads and uploads `examples`.
+    pub fn new(examples: &[&TokenizedExample], device: &Device) -> Self {
+        let len = examples.iter().map(|e| e.ids.len() - 1).max().unwrap_or(0).max(1);
+        let n = examples.len();
+        let (mut inputs, mut targets, mut weights) = (vec![0i64; n * len], vec![0i64; n * len], vec![0f32; n * len]);
+        let (mut target_tokens, mut tokens) = (0, 0);
+        for (row, example) in examples.iter().enumerate() {
+            for t in 0..example.ids.len() - 1 {
+                inputs[row * len + t] = i64::from(example.ids[t]);
+                targets[row * len + t] = i64::from(example.ids[t + 1]);
+                if example.target[t + 1] {
+                    weights[row * len + t] = 1.0;
+                    target_tokens += 1;
+                }
+            }
+            tokens += example.ids.len() - 1;
+        }
+        Batch {
+            inputs: Tensor::from_data(TensorData::new(inputs, [n, len]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [n, len]), device),
+            weights: Tensor::from_data(TensorData::new(weights, [n, len]), device),
+            target_tokens,
+            tokens,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_is_half_open() {
+        let spans = vec![5..10, 20..30];
+        assert!(!overlaps(0..5, &spans));
+        assert!(overlaps(4..6, &spans));
+        assert!(overlaps(9..12, &spans));
+        assert!(!overlaps(10..12, &spans));
+        assert!(overlaps(29..31, &spans));
+    }
+
+    #[test]
+    fn buckets_group_by_length_and_epochs_differ() {
+        let example = |n: usize| TokenizedExample { ids: vec![1; n], target: vec![true; n] };
+        let examples: Vec<_> = [9, 2, 7, 3, 8, 1].into_iter().map(example).collect();
+        let batches = bucket_batches(&examples, 2);
+        assert_eq!(batches, vec![vec![5, 1], vec![3, 2], vec![4, 0]]);
+        let (a, b) = (epoch_order(50, 1, 0), epoch_order(50, 1, 1));
+        assert_ne!(a, b);
+        assert_eq!(a, epoch_order(50, 1, 0));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+    }
+}

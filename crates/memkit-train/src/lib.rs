@@ -1,0 +1,50 @@
+//! Supervised fine-tuning of Llama / Qwen2 / Qwen3 decoders in burn, for memkit's student
+//! models.
+//!
+//! - [`model`]: the decoder ([`Model`], [`Config`] with Hugging Face `config.json` names), with
+//!   optional LoRA adapters ([`LoraConfig`]) merged on export.
+//! - [`data`]: distilled JSONL → chat template (memkit-prompt) → token ids with an
+//!   assistant-only loss mask → length-bucketed batches.
+//! - [`train()`]: AdamW with warmup + cosine, gradient accumulation and clipping, evaluation,
+//!   `metrics.jsonl` / `train.log`, checkpoints with resume, and the final export in Hugging
+//!   Face layout. Progress goes to a [`Reporter`]; the library never prints.
+//! - [`Recipe`]: the TOML recipe (`recipes/train/*.toml`).
+//!
+//! Training and generation meet at the Hugging Face checkpoint layout: a GGUF base model is
+//! dequantised with memkit-infer's converter, and an exported run converts back to GGUF with
+//! it (`memkit convert to-gguf`).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use burn::tensor::Device;
+//! use memkit_train::{Recipe, SilentReporter, TrainOptions, train};
+//!
+//! let path = Path::new("recipes/train/smoke.toml");
+//! let recipe = Recipe::from_file(path)?;
+//! let summary = train(&recipe, path, &TrainOptions::default(), &Device::flex(), &SilentReporter)?;
+//! assert!(summary.finished);
+//! # Ok::<(), memkit_train::Error>(())
+//! ```
+//!
+//! # Backend
+//!
+//! burn's pure-Rust `flex` CPU backend, with autodiff; the caller picks the [`Device`](burn::tensor::Device).
+
+pub mod checkpoint;
+pub mod data;
+mod error;
+pub mod model;
+pub mod recipe;
+pub mod rng;
+pub mod train;
+pub mod weights;
+
+pub use error::{Error, Result};
+pub use model::{Config, LoraConfig, Model};
+pub use recipe::Recipe;
+pub use train::{EvalMetrics, Reporter, SilentReporter, StepMetrics, TrainOptions, TrainPlan, TrainSummary, train};
+
+/// The training device: burn's `flex` CPU backend (autodiff is switched on by [`train()`]).
+pub fn cpu_device() -> burn::tensor::Device {
+    burn::tensor::Device::flex()
+}

@@ -1,0 +1,647 @@
+//! The Llama / Qwen2 / Qwen3 decoder in burn, with optional LoRA adapters.
+//!
+//! - Pre-norm blocks: RMSNorm → attention → residual, RMSNorm → SwiGLU MLP → residual.
+//! - Grouped-query attention (`num_key_value_heads` ≤ `num_attention_heads`) with a causal mask.
+//! - Rotary position embeddings in the Hugging Face layout: the two halves of each head are
+//!   rotated together (`rotate_half`), not interleaved pairs.
+//! - Qwen2: biases on q/k/v. Qwen3: an RMSNorm on every head of q and k before RoPE. Llama:
+//!   biases on q/k/v/o when `attention_bias`.
+//! - Tied embeddings when `tie_word_embeddings` (no `lm_head.weight`).
+//!
+//! Sequences are right-padded: with the causal mask a real token never attends to the padding
+//! that follows it, so no separate padding mask is needed; padded positions carry no loss.
+//!
+//! References: transformers `models/qwen2/modeling_qwen2.py`, `models/qwen3/modeling_qwen3.py`;
+//! candle `candle-transformers/src/models/qwen2.rs`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use burn::module::{Module, Param, ParamId};
+use burn::nn::{Dropout, DropoutConfig};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::module::{embedding, linear};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::weights::{HostTensor, Weights};
+use crate::{Error, Result};
+
+/// The model hyperparameters, read from a Hugging Face `config.json` (same field names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// `llama`, `qwen2` or `qwen3`.
+    pub model_type: String,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU MLP.
+    pub intermediate_size: usize,
+    /// Number of decoder blocks.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention); defaults to `num_attention_heads`.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of a head; defaults to `hidden_size / num_attention_heads` (Qwen3 sets it).
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// Longest context the model was trained for.
+    #[serde(default = "default_max_position_embeddings")]
+    pub max_position_embeddings: usize,
+    /// RoPE base frequency.
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Whether the output projection is the embedding matrix.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Llama/Qwen3: biases on q/k/v/o (Qwen2 always has q/k/v biases and no o bias).
+    #[serde(default)]
+    pub attention_bias: bool,
+}
+
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+
+fn default_max_position_embeddings() -> usize {
+    2048
+}
+
+impl Config {
+    /// Parses a `config.json` value and checks the architecture is one this model implements.
+    pub fn from_json(value: &serde_json::Value, path: &Path) -> Result<Self> {
+        let config: Config =
+            serde_json::from_value(value.clone()).map_err(|source| Error::Json { path: path.to_path_buf(), line: None, source })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<()> {
+        if !matches!(self.model_type.as_str(), "llama" | "qwen2" | "qwen3") {
+            return Err(Error::invalid(path, format!("model_type `{}`: supported are llama, qwen2, qwen3", self.model_type)));
+        }
+        if self.num_attention_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads()) {
+            return Err(Error::invalid(path, "num_attention_heads must be a positive multiple of num_key_value_heads"));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(Error::invalid(path, format!("head_dim {} must be even for RoPE", self.head_dim())));
+        }
+        Ok(())
+    }
+
+    /// Key/value heads.
+    pub fn num_key_value_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    fn qkv_bias(&self) -> bool {
+        self.model_type == "qwen2" || self.attention_bias
+    }
+
+    fn o_bias(&self) -> bool {
+        self.model_type != "qwen2" && self.attention_bias
+    }
+
+    fn qk_norm(&self) -> bool {
+        self.model_type == "qwen3"
+    }
+
+    /// Every tensor of the checkpoint, with its Hugging Face name and shape (`[out, in]` for
+    /// projections), in a stable order.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (h, i, hd) = (self.hidden_size, self.intermediate_size, self.head_dim());
+        let (q, kv) = (self.num_attention_heads * hd, self.num_key_value_heads() * hd);
+        let mut shapes =
+            vec![("model.embed_tokens.weight".to_owned(), vec![self.vocab_size, h]), ("model.norm.weight".to_owned(), vec![h])];
+        if !self.tie_word_embeddings {
+            shapes.push(("lm_head.weight".to_owned(), vec![self.vocab_size, h]));
+        }
+        for l in 0..self.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            shapes.push((format!("{p}.input_layernorm.weight"), vec![h]));
+            shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            for (name, out) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+                shapes.push((format!("{p}.self_attn.{name}.weight"), vec![out, h]));
+                if self.qkv_bias() {
+                    shapes.push((format!("{p}.self_attn.{name}.bias"), vec![out]));
+                }
+            }
+            shapes.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            if self.o_bias() {
+                shapes.push((format!("{p}.self_attn.o_proj.bias"), vec![h]));
+            }
+            if self.qk_norm() {
+                shapes.push((format!("{p}.self_attn.q_norm.weight"), vec![hd]));
+                shapes.push((format!("{p}.self_attn.k_norm.weight"), vec![hd]));
+            }
+            shapes.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+            shapes.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+            shapes.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+        }
+        shapes
+    }
+}
+
+/// LoRA settings: which projections get adapters, their rank, scale and dropout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraConfig {
+    /// Rank of the `A·B` update.
+    pub rank: usize,
+    /// The update is scaled by `alpha / rank`.
+    pub alpha: f64,
+    /// Dropout on the adapter's input while training.
+    #[serde(default)]
+    pub dropout: f64,
+    /// Projection names that get adapters (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
+    /// `up_proj`, `down_proj`).
+    #[serde(default = "default_lora_targets")]
+    pub targets: Vec<String>,
+}
+
+fn default_lora_targets() -> Vec<String> {
+    ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"].map(String::from).to_vec()
+}
+
+/// The projection names a LoRA target may be.
+pub const LORA_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// A stable parameter id from the tensor's checkpoint name, so the optimiser state saved in a
+/// checkpoint (keyed by id) finds its parameter again in a model rebuilt on resume (FNV-1a).
+fn param_id(name: &str) -> ParamId {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    ParamId::from(hash)
+}
+
+/// Builds the modules from host tensors, like candle's `VarBuilder`: `pp` appends a name
+/// segment, so the calls spell out the checkpoint names.
+struct Builder<'a> {
+    weights: &'a Weights,
+    path: &'a Path,
+    device: &'a Device,
+    prefix: String,
+    /// Base weights are frozen when LoRA is on.
+    train_base: bool,
+    lora: Option<&'a LoraConfig>,
+    seed: u64,
+}
+
+impl Builder<'_> {
+    fn pp(&self, name: impl std::fmt::Display) -> Self {
+        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) };
+        Builder { prefix, ..*self }
+    }
+
+    fn name(&self, leaf: &str) -> String {
+        format!("{}.{leaf}", self.prefix)
+    }
+
+    fn contains(&self, leaf: &str) -> bool {
+        self.weights.contains_key(&self.name(leaf))
+    }
+
+    fn host(&self, leaf: &str, shape: &[usize]) -> Result<&HostTensor> {
+        let name = self.name(leaf);
+        let tensor = self
+            .weights
+            .get(&name)
+            .ok_or_else(|| Error::Weights { path: self.path.to_path_buf(), reason: format!("missing tensor `{name}`") })?;
+        if tensor.shape != shape {
+            return Err(Error::Weights {
+                path: self.path.to_path_buf(),
+                reason: format!("tensor `{name}` has shape {:?}, the config says {shape:?}", tensor.shape),
+            });
+        }
+        Ok(tensor)
+    }
+
+    fn param<const D: usize>(&self, name: String, tensor: &HostTensor, transpose: bool, trainable: bool) -> Param<Tensor<D>> {
+        let mut value = Tensor::<D>::from_data(TensorData::new(tensor.data.clone(), tensor.shape.clone()), self.device);
+        if transpose {
+            value = value.swap_dims(0, 1);
+        }
+        let mut param = Param::from_tensor(value);
+        param.id = param_id(&name);
+        if trainable { param } else { param.set_require_grad(false) }
+    }
+
+    /// A 1-D tensor (norm weight, bias).
+    fn vector(&self, leaf: &str, len: usize) -> Result<Param<Tensor<1>>> {
+        Ok(self.param(self.name(leaf), self.host(leaf, &[len])?, false, self.train_base))
+    }
+
+    /// A projection `[out, in]` in the checkpoint, stored `[in, out]` for `x · W`.
+    fn linear(&self, d_in: usize, d_out: usize, bias: bool) -> Result<Linear> {
+        let weight = self.param(self.name("weight"), self.host("weight", &[d_out, d_in])?, true, self.train_base);
+        let bias = if bias { Some(self.vector("bias", d_out)?) } else { None };
+        let target = self.prefix.rsplit('.').next().unwrap_or_default();
+        let lora = match self.lora {
+            Some(cfg) if cfg.targets.iter().any(|t| t == target) => Some(self.lora_adapter(cfg, d_in, d_out)?),
+            _ => None,
+        };
+        Ok(Linear { weight, bias, lora })
+    }
+
+    /// LoRA factors in PEFT's layout (`lora_A.weight` `[rank, in]`, `lora_B.weight`
+    /// `[out, rank]`), from the weights when a checkpoint has them, else freshly initialised:
+    /// A uniform in ±1/√in (PEFT's Kaiming-uniform bound with a = √5), B zero, so the model's
+    /// output is unchanged until training moves B.
+    fn lora_adapter(&self, cfg: &LoraConfig, d_in: usize, d_out: usize) -> Result<Lora> {
+        let (a_name, b_name) = ("lora_A.weight", "lora_B.weight");
+        let (a, b) = if self.contains(a_name) {
+            (self.host(a_name, &[cfg.rank, d_in])?.clone(), self.host(b_name, &[d_out, cfg.rank])?.clone())
+        } else {
+            let bound = 1.0 / (d_in as f32).sqrt();
+            let mut rng = crate::rng::SplitMix64::new(self.seed ^ param_id(&self.name(a_name)).val());
+            let a = (0..cfg.rank * d_in).map(|_| (rng.next_f32() * 2.0 - 1.0) * bound).collect();
+            (
+                HostTensor { shape: vec![cfg.rank, d_in], data: a },
+                HostTensor { shape: vec![d_out, cfg.rank], data: vec![0.0; d_out * cfg.rank] },
+            )
+        };
+        Ok(Lora {
+            a: self.param(self.name(a_name), &a, true, true),
+            b: self.param(self.name(b_name), &b, true, true),
+            dropout: DropoutConfig::new(cfg.dropout).init(),
+            scale: cfg.alpha / cfg.rank as f64,
+        })
+    }
+}
+
+/// Low-rank adapter `x · A · B · scale`, on the dropped-out input.
+#[derive(Module, Debug)]
+struct Lora {
+    /// `[in, rank]`.
+    a: Param<Tensor<2>>,
+    /// `[rank, out]`.
+    b: Param<Tensor<2>>,
+    dropout: Dropout,
+    scale: f64,
+}
+
+/// A projection `x · W + b`, plus a LoRA update when adapted.
+#[derive(Module, Debug)]
+struct Linear {
+    /// `[in, out]` (the checkpoint's `[out, in]`, transposed).
+    weight: Param<Tensor<2>>,
+    bias: Option<Param<Tensor<1>>>,
+    lora: Option<Lora>,
+}
+
+impl Linear {
+    /// # Shapes
+    /// - input `[..., in]` → output `[..., out]`
+    fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let base = linear(x.clone(), self.weight.val(), self.bias.as_ref().map(Param::val));
+        match &self.lora {
+            None => base,
+            Some(lora) => {
+                let update = linear(linear(lora.dropout.forward(x), lora.a.val(), None), lora.b.val(), None);
+                base + update.mul_scalar(lora.scale)
+            }
+        }
+    }
+
+    /// The effective weight `[in, out]`, with the LoRA update merged in.
+    fn merged_weight(&self) -> Tensor<2> {
+        let weight = self.weight.val();
+        match &self.lora {
+            None => weight,
+            Some(lora) => weight + lora.a.val().matmul(lora.b.val()).mul_scalar(lora.scale),
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+struct RmsNorm {
+    weight: Param<Tensor<1>>,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn new(b: &Builder, size: usize, eps: f64) -> Result<Self> {
+        Ok(RmsNorm { weight: b.vector("weight", size)?, eps })
+    }
+
+    /// Normalises over the last dimension.
+    fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let rms = x.clone().powi_scalar(2).mean_dim(D - 1).add_scalar(self.eps).sqrt();
+        x.div(rms).mul(self.weight.val().unsqueeze::<D>())
+    }
+}
+
+/// cos/sin tables for positions `0..seq_len`, HF layout: `cat(freqs, freqs)`.
+struct RotaryEmbedding {
+    /// `[1, 1, seq_len, head_dim]`.
+    cos: Tensor<4>,
+    sin: Tensor<4>,
+}
+
+impl RotaryEmbedding {
+    fn new(cfg: &Config, seq_len: usize, device: &Device) -> Self {
+        let hd = cfg.head_dim();
+        let half = hd / 2;
+        let mut cos = Vec::with_capacity(seq_len * hd);
+        let mut sin = Vec::with_capacity(seq_len * hd);
+        for position in 0..seq_len {
+            // Both halves of a head share the frequencies (`emb = cat(freqs, freqs)`).
+            for j in 0..hd {
+                let inv_freq = 1.0 / cfg.rope_theta.powf((2 * (j % half)) as f64 / hd as f64);
+                let angle = position as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        let table = |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [1, 1, seq_len, hd]), device);
+        RotaryEmbedding { cos: table(cos), sin: table(sin) }
+    }
+
+    /// `x · cos + rotate_half(x) · sin`, where `rotate_half([x1, x2]) = [-x2, x1]`.
+    ///
+    /// # Shapes
+    /// - x `[batch, heads, seq_len, head_dim]`
+    fn apply(&self, x: Tensor<4>) -> Tensor<4> {
+        let half = x.dims()[3] / 2;
+        let x1 = x.clone().narrow(3, 0, half);
+        let x2 = x.clone().narrow(3, half, half);
+        let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+        x.mul(self.cos.clone()) + rotated.mul(self.sin.clone())
+    }
+}
+
+#[derive(Module, Debug)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn new(cfg: &Config, b: &Builder) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Mlp {
+            gate_proj: b.pp("gate_proj").linear(h, i, false)?,
+            up_proj: b.pp("up_proj").linear(h, i, false)?,
+            down_proj: b.pp("down_proj").linear(i, h, false)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.down_proj.forward(silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x))
+    }
+}
+
+#[derive(Module, Debug)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn new(cfg: &Config, b: &Builder) -> Result<Self> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads() * hd);
+        let norm = |name: &str| -> Result<Option<RmsNorm>> {
+            if cfg.qk_norm() { Ok(Some(RmsNorm::new(&b.pp(name), hd, cfg.rms_norm_eps)?)) } else { Ok(None) }
+        };
+        Ok(Attention {
+            q_proj: b.pp("q_proj").linear(h, q, cfg.qkv_bias())?,
+            k_proj: b.pp("k_proj").linear(h, kv, cfg.qkv_bias())?,
+            v_proj: b.pp("v_proj").linear(h, kv, cfg.qkv_bias())?,
+            o_proj: b.pp("o_proj").linear(q, h, cfg.o_bias())?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_key_value_heads(),
+            head_dim: hd,
+        })
+    }
+
+    /// # Shapes
+    /// - x `[batch, seq_len, hidden]`, mask `[1, 1, seq_len, seq_len]` (0 or -inf)
+    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, mask: Tensor<4>) -> Tensor<3> {
+        let [batch, seq_len, _] = x.dims();
+        let (heads, kv_heads, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let q = self.q_proj.forward(x.clone()).reshape([batch, seq_len, heads, hd]);
+        let k = self.k_proj.forward(x.clone()).reshape([batch, seq_len, kv_heads, hd]);
+        let v = self.v_proj.forward(x).reshape([batch, seq_len, kv_heads, hd]);
+        let (q, k) = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
+            _ => (q, k),
+        };
+        let q = rope.apply(q.swap_dims(1, 2)); // [batch, heads, seq_len, hd]
+        let k = repeat_kv(rope.apply(k.swap_dims(1, 2)), heads / kv_heads);
+        let v = repeat_kv(v.swap_dims(1, 2), heads / kv_heads);
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()) + mask; // [batch, heads, seq_len, seq_len]
+        let out = softmax(scores, 3).matmul(v); // [batch, heads, seq_len, hd]
+        self.o_proj.forward(out.swap_dims(1, 2).reshape([batch, seq_len, heads * hd]))
+    }
+}
+
+/// Repeats each key/value head `n_rep` times (head `i` of the queries reads kv head `i / n_rep`).
+fn repeat_kv(x: Tensor<4>, n_rep: usize) -> Tensor<4> {
+    if n_rep == 1 {
+        return x;
+    }
+    let [batch, kv_heads, seq_len, hd] = x.dims();
+    x.unsqueeze_dim::<5>(2).repeat_dim(2, n_rep).reshape([batch, kv_heads * n_rep, seq_len, hd])
+}
+
+#[derive(Module, Debug)]
+struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    fn new(cfg: &Config, b: &Builder) -> Result<Self> {
+        Ok(DecoderLayer {
+            self_attn: Attention::new(cfg, &b.pp("self_attn"))?,
+            mlp: Mlp::new(cfg, &b.pp("mlp"))?,
+            input_layernorm: RmsNorm::new(&b.pp("input_layernorm"), cfg.hidden_size, cfg.rms_norm_eps)?,
+            post_attention_layernorm: RmsNorm::new(&b.pp("post_attention_layernorm"), cfg.hidden_size, cfg.rms_norm_eps)?,
+        })
+    }
+
+    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, mask: Tensor<4>) -> Tensor<3> {
+        let h = x.clone() + self.self_attn.forward(self.input_layernorm.forward(x), rope, mask);
+        h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))
+    }
+}
+
+/// The decoder with its language-model head.
+#[derive(Module, Debug)]
+pub struct Model {
+    embed_tokens: Param<Tensor<2>>,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `[hidden, vocab]`; `None` when tied to the embeddings.
+    lm_head: Option<Param<Tensor<2>>>,
+    #[module(skip)]
+    config: Config,
+}
+
+/// How a [`Model`] is built from weights.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildOptions<'a> {
+    /// LoRA adapters to attach (their factors are read from the weights when present, as on
+    /// resume); `None` trains or runs the full model.
+    pub lora: Option<&'a LoraConfig>,
+    /// Seed of fresh LoRA factors.
+    pub seed: u64,
+}
+
+impl Model {
+    /// Builds the model from host weights with Hugging Face names. `path` names the weights in
+    /// errors. With LoRA, the base weights are frozen and only the adapters train.
+    pub fn new(cfg: &Config, weights: &Weights, path: &Path, options: BuildOptions, device: &Device) -> Result<Self> {
+        let root = Builder {
+            weights,
+            path,
+            device,
+            prefix: String::new(),
+            train_base: options.lora.is_none(),
+            lora: options.lora,
+            seed: options.seed,
+        };
+        let m = root.pp("model");
+        let embed = m.host("embed_tokens.weight", &[cfg.vocab_size, cfg.hidden_size])?;
+        let embed_tokens = m.param(m.name("embed_tokens.weight"), embed, false, root.train_base);
+        let layers = (0..cfg.num_hidden_layers).map(|l| DecoderLayer::new(cfg, &m.pp("layers").pp(l))).collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(&m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            None
+        } else {
+            let lm = root.pp("lm_head");
+            Some(lm.param("lm_head.weight".into(), lm.host("weight", &[cfg.vocab_size, cfg.hidden_size])?, true, root.train_base))
+        };
+        Ok(Model { embed_tokens, layers, norm, lm_head, config: cfg.clone() })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Logits for every position.
+    ///
+    /// # Shapes
+    /// - input_ids `[batch, seq_len]` → `[batch, seq_len, vocab]`
+    pub fn forward(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
+        let device = input_ids.device();
+        let seq_len = input_ids.dims()[1];
+        let rope = RotaryEmbedding::new(&self.config, seq_len, &device);
+        let causal = Tensor::<2, Bool>::tril_mask([seq_len, seq_len], 0, &device);
+        let mask = Tensor::<2>::zeros([seq_len, seq_len], &device).mask_fill(causal, f32::NEG_INFINITY).unsqueeze::<4>();
+        let mut h = embedding(self.embed_tokens.val(), input_ids); // [batch, seq_len, hidden]
+        for layer in &self.layers {
+            h = layer.forward(h, &rope, mask.clone());
+        }
+        let h = self.norm.forward(h);
+        match &self.lm_head {
+            Some(head) => linear(h, head.val(), None),
+            None => linear(h, self.embed_tokens.val().transpose(), None),
+        }
+    }
+
+    /// All weights with Hugging Face names and layout (`[out, in]`), LoRA updates merged: what
+    /// `model.safetensors` of an exported checkpoint holds.
+    pub fn merged_weights(&self) -> Weights {
+        let mut out = Weights::new();
+        let put1 = |out: &mut Weights, name: String, t: Tensor<1>| out.insert(name, HostTensor::from_tensor(t));
+        let put2 = |out: &mut Weights, name: String, t: Tensor<2>| out.insert(name, HostTensor::from_tensor(t));
+        let put_linear = |out: &mut Weights, name: &str, l: &Linear| {
+            put2(out, format!("{name}.weight"), l.merged_weight().transpose());
+            if let Some(bias) = &l.bias {
+                put1(out, format!("{name}.bias"), bias.val());
+            }
+        };
+        put2(&mut out, "model.embed_tokens.weight".into(), self.embed_tokens.val());
+        put1(&mut out, "model.norm.weight".into(), self.norm.weight.val());
+        if let Some(head) = &self.lm_head {
+            put2(&mut out, "lm_head.weight".into(), head.val().transpose());
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{l}");
+            put1(&mut out, format!("{p}.input_layernorm.weight"), layer.input_layernorm.weight.val());
+            put1(&mut out, format!("{p}.post_attention_layernorm.weight"), layer.post_attention_layernorm.weight.val());
+            let a = &layer.self_attn;
+            for (name, proj) in [("q_proj", &a.q_proj), ("k_proj", &a.k_proj), ("v_proj", &a.v_proj), ("o_proj", &a.o_proj)] {
+                put_linear(&mut out, &format!("{p}.self_attn.{name}"), proj);
+            }
+            if let (Some(q), Some(k)) = (&a.q_norm, &a.k_norm) {
+                put1(&mut out, format!("{p}.self_attn.q_norm.weight"), q.weight.val());
+                put1(&mut out, format!("{p}.self_attn.k_norm.weight"), k.weight.val());
+            }
+            for (name, proj) in [("gate_proj", &layer.mlp.gate_proj), ("up_proj", &layer.mlp.up_proj), ("down_proj", &layer.mlp.down_proj)]
+            {
+                put_linear(&mut out, &format!("{p}.mlp.{name}"), proj);
+            }
+        }
+        out
+    }
+
+    /// The LoRA factors in PEFT's names and layout (`…q_proj.lora_A.weight` `[rank, in]`,
+    /// `…lora_B.weight` `[out, rank]`); empty without LoRA.
+    pub fn adapter_weights(&self) -> Weights {
+        let mut out = Weights::new();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let a = &layer.self_attn;
+            let projections = [
+                ("self_attn.q_proj", &a.q_proj),
+                ("self_attn.k_proj", &a.k_proj),
+                ("self_attn.v_proj", &a.v_proj),
+                ("self_attn.o_proj", &a.o_proj),
+                ("mlp.gate_proj", &layer.mlp.gate_proj),
+                ("mlp.up_proj", &layer.mlp.up_proj),
+                ("mlp.down_proj", &layer.mlp.down_proj),
+            ];
+            for (name, proj) in projections {
+                if let Some(lora) = &proj.lora {
+                    let p = format!("model.layers.{l}.{name}");
+                    out.insert(format!("{p}.lora_A.weight"), HostTensor::from_tensor(lora.a.val().transpose()));
+                    out.insert(format!("{p}.lora_B.weight"), HostTensor::from_tensor(lora.b.val().transpose()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Weights of a randomly initialised model (normal, std 0.02, norms at 1, biases at 0), for
+/// tests and smoke runs; the same `seed` gives the same weights.
+pub fn random_weights(cfg: &Config, seed: u64) -> Weights {
+    let mut weights = BTreeMap::new();
+    for (name, shape) in cfg.tensor_shapes() {
+        let n: usize = shape.iter().product();
+        let data = if name.ends_with("norm.weight") {
+            vec![1.0; n]
+        } else if name.ends_with(".bias") {
+            vec![0.0; n]
+        } else {
+            let mut rng = crate::rng::SplitMix64::new(seed ^ param_id(&name).val());
+            (0..n).map(|_| rng.next_normal() * 0.02).collect()
+        };
+        weights.insert(name, HostTensor { shape, data });
+    }
+    weights
+}

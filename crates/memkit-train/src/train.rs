@@ -1,0 +1,520 @@
+//! The SFT loop: AdamW with linear warmup and cosine decay, gradient accumulation, global
+//! gradient-norm clipping, periodic evaluation, checkpoints and resume.
+//!
+//! Everything random derives from the recipe seed and the data cursor (see [`crate::rng`]), so a
+//! run stopped and resumed from a checkpoint takes the same steps as one that never stopped.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Tensor};
+use serde::Serialize;
+use tracing::{info, instrument};
+
+use crate::checkpoint::{CheckpointData, TrainState, export_hf, list_checkpoints, read_state, weights_file, write_checkpoint};
+use crate::data::{Batch, ChatTokenizer, DataStats, TokenizedExample, bucket_batches, epoch_order, read_examples};
+use crate::model::{BuildOptions, Config, Model, random_weights};
+use crate::recipe::{ModelSource, Optimizer, Recipe};
+use crate::weights::{Weights, read_hf_weights, read_json, write_atomic};
+use crate::{Error, Result};
+
+/// Options that are not part of the recipe.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Continue from the newest checkpoint in the run folder.
+    pub resume: bool,
+    /// Stop after this many optimiser steps (in total, counting resumed ones), writing a
+    /// checkpoint there, as if interrupted; the schedule still spans the full run.
+    pub stop_after: Option<usize>,
+}
+
+/// What a run is about to do.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainPlan {
+    /// Optimiser steps of the whole run.
+    pub total_steps: usize,
+    /// Steps already done (resume), 0 otherwise.
+    pub start_step: usize,
+    /// The training data.
+    pub train: DataStats,
+    /// The validation data.
+    pub valid: DataStats,
+    /// Trainable parameters (all of them, or the LoRA factors).
+    pub trainable_parameters: usize,
+}
+
+/// One optimiser step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepMetrics {
+    /// 1-based step.
+    pub step: usize,
+    /// Fractional epoch reached.
+    pub epoch: f64,
+    /// Mean cross-entropy over the step's assistant tokens.
+    pub loss: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Global gradient L2 norm before clipping.
+    pub grad_norm: f64,
+    /// Non-padding tokens of the step.
+    pub tokens: usize,
+    /// Tokens per second over the step.
+    pub tokens_per_second: f64,
+}
+
+/// An evaluation on `valid.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalMetrics {
+    /// Step evaluated after.
+    pub step: usize,
+    /// Mean cross-entropy over assistant tokens.
+    pub loss: f64,
+    /// Share of assistant tokens predicted exactly (greedy).
+    pub accuracy: f64,
+    /// Assistant tokens evaluated.
+    pub target_tokens: usize,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainSummary {
+    /// The run folder (holds the exported model).
+    pub run_dir: PathBuf,
+    /// Steps done.
+    pub steps: usize,
+    /// Whether the run reached its last step (and exported the model).
+    pub finished: bool,
+    /// Loss of the last step, if any ran.
+    pub last_loss: Option<f64>,
+    /// The last evaluation, if any.
+    pub last_eval: Option<EvalMetrics>,
+    /// Tokens per second over the steps of this invocation.
+    pub tokens_per_second: f64,
+}
+
+/// Receives progress from [`train`]; the CLI draws a bar with it. Every method does nothing by
+/// default.
+pub trait Reporter {
+    /// Before the first step.
+    fn on_start(&self, _plan: &TrainPlan) {}
+    /// After each optimiser step.
+    fn on_step(&self, _metrics: &StepMetrics) {}
+    /// After each evaluation.
+    fn on_eval(&self, _metrics: &EvalMetrics) {}
+    /// After a checkpoint is written.
+    fn on_checkpoint(&self, _step: usize, _path: &Path) {}
+}
+
+/// A [`Reporter`] that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SilentReporter;
+
+impl Reporter for SilentReporter {}
+
+/// The learning rate of 0-based `step`: linear warmup over `warmup` steps to `peak`, then a
+/// cosine decay to `peak * min_ratio` at `total`.
+pub fn learning_rate(step: usize, total: usize, warmup: usize, peak: f64, min_ratio: f64) -> f64 {
+    if step < warmup {
+        return peak * (step + 1) as f64 / warmup as f64;
+    }
+    let span = total.saturating_sub(warmup).max(1);
+    let progress = ((step - warmup) as f64 / span as f64).min(1.0);
+    peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
+}
+
+/// A loaded base model: its config, weights and the folder with its tokenizer files.
+pub struct BaseModel {
+    /// The parsed config.
+    pub config: Config,
+    /// `config.json` as read (written back on export).
+    pub config_json: serde_json::Value,
+    /// Weights by HF name.
+    pub weights: Weights,
+    /// Holds `tokenizer.json`, `tokenizer_config.json` (and maybe `generation_config.json`).
+    pub tokenizer_dir: PathBuf,
+}
+
+impl BaseModel {
+    /// Loads a Hugging Face checkpoint directory.
+    pub fn from_hf_dir(dir: &Path) -> Result<Self> {
+        let config_path = dir.join("config.json");
+        let config_json = read_json(&config_path)?;
+        let config = Config::from_json(&config_json, &config_path)?;
+        Ok(BaseModel { config, config_json, weights: read_hf_weights(dir)?, tokenizer_dir: dir.to_path_buf() })
+    }
+
+    fn from_gguf(path: &Path, run_dir: &Path) -> Result<Self> {
+        let hf = run_dir.join("base-hf");
+        if !hf.join("model.safetensors").is_file() {
+            info!(gguf = %path.display(), to = %hf.display(), "dequantising the GGUF base model");
+            memkit_infer::convert::gguf_to_hf(path, &hf)?;
+        }
+        Self::from_hf_dir(&hf)
+    }
+
+    /// Loads the recipe's model; a GGUF file is dequantised into `<run_dir>/base-hf` first
+    /// (once: an existing conversion is reused).
+    pub fn from_source(source: &ModelSource, run_dir: &Path, seed: u64, recipe_path: &Path) -> Result<Self> {
+        match source {
+            ModelSource::Hf { path } => Self::from_hf_dir(path),
+            ModelSource::Gguf { path } => Self::from_gguf(path, run_dir),
+            ModelSource::Package { name } => {
+                let path = memkit_infer::models::locate(name).ok_or_else(|| {
+                    Error::invalid(recipe_path, format!("model package `{name}` is not installed: run `memkit models fetch {name}`"))
+                })?;
+                if path.is_dir() { Self::from_hf_dir(&path) } else { Self::from_gguf(&path, run_dir) }
+            }
+            ModelSource::Random { tokenizer, config } => {
+                let mut config_json = serde_json::Value::Object(config.clone());
+                let config = Config::from_json(&config_json, recipe_path)?;
+                let class = match config.model_type.as_str() {
+                    "qwen2" => "Qwen2ForCausalLM",
+                    "qwen3" => "Qwen3ForCausalLM",
+                    _ => "LlamaForCausalLM",
+                };
+                if config_json.get("architectures").is_none() {
+                    config_json["architectures"] = serde_json::json!([class]);
+                }
+                Ok(BaseModel { weights: random_weights(&config, seed), config, config_json, tokenizer_dir: tokenizer.clone() })
+            }
+        }
+    }
+}
+
+/// Mean loss and accuracy over batches, without gradients.
+fn evaluate(model: &Model, examples: &[TokenizedExample], batches: &[Vec<usize>], device: &Device) -> (f64, f64, usize) {
+    let (mut nll, mut correct, mut count) = (0.0f64, 0.0f64, 0usize);
+    for batch in batches {
+        let rows: Vec<&TokenizedExample> = batch.iter().map(|&i| &examples[i]).collect();
+        let batch = Batch::new(&rows, device);
+        let logits = model.forward(batch.inputs.clone());
+        let predicted = logits.clone().argmax(2).squeeze_dim::<2>(2);
+        let hits = predicted.equal(batch.targets.clone()).float().mul(batch.weights.clone()).sum();
+        nll += f64::from(masked_nll(logits, &batch).into_scalar::<f32>());
+        correct += f64::from(hits.into_scalar::<f32>());
+        count += batch.target_tokens;
+    }
+    let n = count.max(1) as f64;
+    (nll / n, correct / n, count)
+}
+
+/// Summed cross-entropy over the weighted targets.
+fn masked_nll(logits: Tensor<3>, batch: &Batch) -> Tensor<1> {
+    let log_probs = log_softmax(logits, 2);
+    let picked = log_probs.gather(2, batch.targets.clone().unsqueeze_dim::<3>(2)).squeeze_dim::<2>(2); // [batch, seq_len]
+    picked.mul(batch.weights.clone()).sum().neg()
+}
+
+/// Sums the squares of all gradients (for the global norm).
+struct GradNorm<'a> {
+    grads: &'a GradientsParams,
+    sum: f64,
+}
+
+impl ModuleVisitor for GradNorm<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.get::<D>(param.id) {
+            self.sum += f64::from(grad.powi_scalar(2).sum().into_scalar::<f32>());
+        }
+    }
+}
+
+/// Multiplies all gradients by `factor`.
+struct ScaleGrads<'a> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+}
+
+impl ModuleVisitor for ScaleGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.remove::<D>(param.id) {
+            self.grads.register(param.id, grad.mul_scalar(self.factor));
+        }
+    }
+}
+
+/// Counts trainable parameters.
+struct Trainable(usize);
+
+impl ModuleVisitor for Trainable {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if param.val().is_require_grad() {
+            self.0 += param.val().shape().num_elements();
+        }
+    }
+}
+
+/// Appends lines to `train.log` and `metrics.jsonl` in the run folder.
+struct RunLog {
+    log: fs::File,
+    metrics: fs::File,
+    dir: PathBuf,
+}
+
+impl RunLog {
+    fn open(dir: &Path) -> Result<Self> {
+        let open = |name: &str| {
+            let path = dir.join(name);
+            OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::io(path, e))
+        };
+        Ok(RunLog { log: open("train.log")?, metrics: open("metrics.jsonl")?, dir: dir.to_path_buf() })
+    }
+
+    fn line(&mut self, text: &str) -> Result<()> {
+        let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        writeln!(self.log, "[{seconds}] {text}").map_err(|e| Error::io(self.dir.join("train.log"), e))
+    }
+
+    fn metrics(&mut self, kind: &str, value: &impl Serialize) -> Result<()> {
+        let mut json = serde_json::to_value(value).expect("metrics serialise");
+        json["type"] = kind.into();
+        writeln!(self.metrics, "{json}").map_err(|e| Error::io(self.dir.join("metrics.jsonl"), e))
+    }
+}
+
+/// Trains as the recipe says, on `device` (autodiff is switched on here), writing into the
+/// recipe's `run.out_dir`: `recipe.toml`, `train.log`, `metrics.jsonl`, `checkpoints/`, and at
+/// the end the merged model in Hugging Face layout plus a model card (`README.md`).
+///
+/// `recipe_path` names the recipe in errors.
+#[instrument(skip_all, fields(out_dir = %recipe.run.out_dir.display()))]
+pub fn train(
+    recipe: &Recipe,
+    recipe_path: &Path,
+    options: &TrainOptions,
+    device: &Device,
+    reporter: &dyn Reporter,
+) -> Result<TrainSummary> {
+    let run = &recipe.run;
+    let run_dir = run.out_dir.clone();
+    let Optimizer::AdamW(adamw) = &recipe.optim;
+    fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+    let existing = list_checkpoints(&run_dir)?;
+    let resume_from = match (options.resume, existing.last()) {
+        (true, Some((_, dir))) => Some(dir.clone()),
+        (true, None) => return Err(Error::invalid(&run_dir, "--resume: the run folder has no checkpoint")),
+        (false, Some(_)) => {
+            return Err(Error::invalid(&run_dir, "the run folder has checkpoints: pass --resume, or choose another out_dir"));
+        }
+        (false, None) => None,
+    };
+    write_atomic(&run_dir.join("recipe.toml"), recipe.to_toml())?;
+    let mut log = RunLog::open(&run_dir)?;
+
+    // Model: the base, plus the checkpoint's weights on resume.
+    let mut base = BaseModel::from_source(&recipe.model, &run_dir, run.seed, recipe_path)?;
+    let lora = recipe.lora.as_ref();
+    let mut state = TrainState { step: 0, micro_batches: 0, batches_per_epoch: 0, seed: run.seed, tokens_seen: 0 };
+    if let Some(dir) = &resume_from {
+        state = read_state(dir)?;
+        base.weights.extend(crate::weights::read_safetensors(&dir.join(weights_file(lora.is_some())))?);
+        info!(checkpoint = %dir.display(), step = state.step, "resuming");
+        log.line(&format!("resuming from {} at step {}", dir.display(), state.step))?;
+    }
+    let device = device.clone().autodiff();
+    // Named in errors about missing or mis-shaped tensors.
+    let weights_path = match &recipe.model {
+        ModelSource::Random { .. } => recipe_path.to_path_buf(),
+        _ => base.tokenizer_dir.join("model.safetensors"),
+    };
+    let mut model = Model::new(&base.config, &base.weights, &weights_path, BuildOptions { lora, seed: run.seed }, &device)?;
+    drop(std::mem::take(&mut base.weights));
+
+    // Data.
+    let tokenizer = ChatTokenizer::from_dir(&base.tokenizer_dir)?;
+    let load = |name: &str| -> Result<(Vec<TokenizedExample>, DataStats)> {
+        let path = recipe.data.dir.join(name);
+        tokenizer.tokenize_all(&read_examples(&path)?, recipe.data.max_seq_len)
+    };
+    let (train_set, train_stats) = load("train.jsonl")?;
+    let (valid_set, valid_stats) = load("valid.jsonl")?;
+    if train_set.is_empty() {
+        return Err(Error::invalid(recipe.data.dir.join("train.jsonl"), "no usable training example"));
+    }
+    let batches = bucket_batches(&train_set, run.batch_size);
+    let valid_batches = bucket_batches(&valid_set, run.batch_size);
+    if resume_from.is_some() && state.batches_per_epoch != batches.len() {
+        return Err(Error::invalid(
+            &recipe.data.dir,
+            format!("the checkpoint was written with {} batches per epoch, the data now gives {}", state.batches_per_epoch, batches.len()),
+        ));
+    }
+    state.batches_per_epoch = batches.len();
+    let total_steps = run.max_steps.unwrap_or_else(|| (batches.len() * run.epochs).div_ceil(run.grad_accum));
+    let stop_at = options.stop_after.map_or(total_steps, |s| s.min(total_steps));
+
+    // Optimiser, with its moments on resume.
+    let mut optimizer: ModuleOptimizer = AdamWConfig::new()
+        .with_beta_1(adamw.beta1)
+        .with_beta_2(adamw.beta2)
+        .with_epsilon(adamw.epsilon)
+        .with_weight_decay(adamw.weight_decay)
+        .init();
+    if let Some(dir) = &resume_from {
+        let path = dir.join("optimizer.bpk");
+        optimizer = optimizer.load(&path).map_err(|e| Error::Optimizer { path, reason: e.to_string() })?;
+    }
+
+    let mut trainable = Trainable(0);
+    model.visit(&mut trainable);
+    let plan = TrainPlan { total_steps, start_step: state.step, train: train_stats, valid: valid_stats, trainable_parameters: trainable.0 };
+    info!(?plan, "training");
+    log.line(&format!("plan: {}", serde_json::to_string(&plan).expect("the plan serialises")))?;
+    reporter.on_start(&plan);
+
+    let started = Instant::now();
+    let mut tokens_this_run = 0usize;
+    let mut last_loss = None;
+    let mut last_eval = None;
+    let eval = |model: &Model, step: usize, log: &mut RunLog| -> Result<EvalMetrics> {
+        let (loss, accuracy, target_tokens) = evaluate(&model.valid(), &valid_set, &valid_batches, &device.clone().inner());
+        let metrics = EvalMetrics { step, loss, accuracy, target_tokens };
+        log.metrics("eval", &metrics)?;
+        log.line(&format!("eval step {step}: loss {loss:.4} accuracy {accuracy:.4} over {target_tokens} tokens"))?;
+        reporter.on_eval(&metrics);
+        Ok(metrics)
+    };
+    let checkpoint = |model: &Model, optimizer: &ModuleOptimizer, state: TrainState, log: &mut RunLog| -> Result<()> {
+        let weights = if lora.is_some() { model.adapter_weights() } else { model.merged_weights() };
+        let data = CheckpointData { state, weights: &weights, lora: lora.is_some() };
+        let dir = write_checkpoint(&run_dir, &data, run.keep_last, |path| {
+            optimizer.save(path).map_err(|e| Error::Optimizer { path: path.to_path_buf(), reason: e.to_string() })
+        })?;
+        log.line(&format!("checkpoint {}", dir.display()))?;
+        reporter.on_checkpoint(state.step, &dir);
+        Ok(())
+    };
+
+    while state.step < stop_at {
+        let step_started = Instant::now();
+        // The micro-batches of this step, and their assistant tokens: each micro-batch's loss
+        // is divided by the step's total, so the accumulated gradient is that of the mean.
+        let micro: Vec<&Vec<usize>> = (0..run.grad_accum)
+            .map(|k| {
+                let m = state.micro_batches + k;
+                let order = epoch_order(batches.len(), run.seed, m / batches.len());
+                &batches[order[m % batches.len()]]
+            })
+            .collect();
+        let step_targets: usize =
+            micro.iter().flat_map(|b| b.iter()).map(|&i| train_set[i].target.iter().skip(1).filter(|t| **t).count()).sum();
+        let mut accumulator = GradientsAccumulator::<Model>::new();
+        let (mut loss_sum, mut step_tokens) = (0.0f64, 0usize);
+        for (k, indices) in micro.iter().enumerate() {
+            // Dropout draws from the device generator: reseed it from the cursor.
+            device.seed(run.seed ^ ((state.micro_batches + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let rows: Vec<&TokenizedExample> = indices.iter().map(|&i| &train_set[i]).collect();
+            let batch = Batch::new(&rows, &device);
+            let loss = masked_nll(model.forward(batch.inputs.clone()), &batch).div_scalar(step_targets.max(1) as f64);
+            loss_sum += f64::from(loss.clone().into_scalar::<f32>());
+            step_tokens += batch.tokens;
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            accumulator.accumulate(&model, grads);
+        }
+        let mut grads = accumulator.grads();
+        let mut norm = GradNorm { grads: &grads, sum: 0.0 };
+        model.visit(&mut norm);
+        let grad_norm = norm.sum.sqrt();
+        if adamw.max_grad_norm > 0.0 && grad_norm > adamw.max_grad_norm {
+            model.visit(&mut ScaleGrads { grads: &mut grads, factor: adamw.max_grad_norm / (grad_norm + 1e-6) });
+        }
+        let lr = learning_rate(state.step, total_steps, adamw.warmup_steps, adamw.lr, adamw.min_lr_ratio);
+        model = optimizer.step(lr, model, grads);
+
+        state.step += 1;
+        state.micro_batches += run.grad_accum;
+        state.tokens_seen += step_tokens;
+        tokens_this_run += step_tokens;
+        let seconds = step_started.elapsed().as_secs_f64();
+        let metrics = StepMetrics {
+            step: state.step,
+            epoch: state.micro_batches as f64 / batches.len() as f64,
+            loss: loss_sum,
+            lr,
+            grad_norm,
+            tokens: step_tokens,
+            tokens_per_second: step_tokens as f64 / seconds.max(1e-9),
+        };
+        last_loss = Some(loss_sum);
+        if state.step.is_multiple_of(run.log_every) || state.step == stop_at {
+            log.metrics("train", &metrics)?;
+            log.line(&format!(
+                "step {}/{}: loss {:.4} lr {:.3e} grad_norm {:.3} {:.0} tokens/s",
+                state.step, total_steps, loss_sum, lr, grad_norm, metrics.tokens_per_second
+            ))?;
+        }
+        reporter.on_step(&metrics);
+        if run.eval_every > 0 && state.step.is_multiple_of(run.eval_every) && state.step < total_steps && !valid_set.is_empty() {
+            last_eval = Some(eval(&model, state.step, &mut log)?);
+        }
+        if (run.checkpoint_every > 0 && state.step.is_multiple_of(run.checkpoint_every)) || state.step == stop_at {
+            checkpoint(&model, &optimizer, state, &mut log)?;
+        }
+    }
+
+    let finished = state.step == total_steps;
+    if finished {
+        if !valid_set.is_empty() {
+            last_eval = Some(eval(&model, state.step, &mut log)?);
+        }
+        export_hf(&run_dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
+        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref()))?;
+        log.line(&format!("exported the model to {}", run_dir.display()))?;
+    }
+    let summary = TrainSummary {
+        run_dir,
+        steps: state.step,
+        finished,
+        last_loss,
+        last_eval,
+        tokens_per_second: tokens_this_run as f64 / started.elapsed().as_secs_f64().max(1e-9),
+    };
+    info!(?summary, "training done");
+    Ok(summary)
+}
+
+/// A short model card: base, method, data and the last evaluation.
+fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>) -> String {
+    let base = match &recipe.model {
+        ModelSource::Hf { path } | ModelSource::Gguf { path } => path.display().to_string(),
+        ModelSource::Package { name } => format!("the `{name}` package"),
+        ModelSource::Random { .. } => "a randomly initialised model".to_owned(),
+    };
+    let method = match &recipe.lora {
+        Some(lora) => format!("LoRA (rank {}, alpha {}, targets {}), merged", lora.rank, lora.alpha, lora.targets.join(", ")),
+        None => "full fine-tuning".to_owned(),
+    };
+    let eval = eval.map_or_else(
+        || "no validation data".to_owned(),
+        |e| format!("validation loss {:.4}, token accuracy {:.4} ({} assistant tokens)", e.loss, e.accuracy, e.target_tokens),
+    );
+    format!(
+        "# memkit student model\n\nFine-tuned by `memkit train` from {base} with {method} for {} steps on {} examples \
+         ({} assistant tokens) from `{}`.\n\nResult: {eval}.\n\nThe recipe is in `recipe.toml`; per-step metrics in `metrics.jsonl`.\n",
+        plan.total_steps,
+        plan.train.examples,
+        plan.train.target_tokens,
+        recipe.data.dir.display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warmup_then_cosine() {
+        let lr = |step| learning_rate(step, 110, 10, 1.0, 0.1);
+        assert!((lr(0) - 0.1).abs() < 1e-12);
+        assert!((lr(9) - 1.0).abs() < 1e-12);
+        assert!((lr(10) - 1.0).abs() < 1e-12);
+        assert!((lr(60) - 0.55).abs() < 1e-12);
+        assert!((lr(110) - 0.1).abs() < 1e-12);
+        assert!((1..110).all(|s| s < 10 || lr(s) <= lr(s - 1)));
+    }
+}
