@@ -9,9 +9,16 @@ memkit := "cargo run -q -p memkit-cli --"
 _default:
     @just --list -u
 
-# The whole pipeline on the embedded default, in minutes: extract, ingest, eval, report.
-demo:
-    {{memkit}} eval --recipe recipes/eval/demo.toml
+# The whole pipeline on the embedded default, in minutes: models → distill (SmolLM2 teacher, 6
+# windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
+# student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
+demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
+    {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m
+    {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
+    {{memkit}} train --recipe recipes/train/demo.toml
+    {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
+    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --limit 4 --max-tokens 256 --output runs/demo/student-records.jsonl
+    {{memkit}} eval --recipe recipes/eval/demo.toml --data-dir {{data}}
 
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
 # `just distill recipes/distill/lme-filler.toml --limit 20`.

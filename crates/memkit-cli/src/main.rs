@@ -50,6 +50,9 @@ enum Command {
     /// Turn dialogues into memory records: the rule baselines, a GGUF model in-process, or an
     /// OpenAI-compatible endpoint.
     Extract(commands::extract::Args),
+    /// Compare a model's records with the teacher's on held-out distilled windows: JSON
+    /// validity, record precision / recall / F1, per-field agreement.
+    Compare(commands::compare::Args),
     /// Convert a model between the Hugging Face checkpoint layout and GGUF (llama.cpp, Ollama).
     Convert(commands::convert::Args),
     /// Label dialogue windows with a teacher model (local GGUF or OpenAI-compatible) and write
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Query(args) => commands::query::run(args),
         Command::Extract(args) => commands::extract::run(args, &progress),
         Command::Convert(args) => commands::convert::run(args),
+        Command::Compare(args) => commands::compare::run(args, &progress),
         Command::Distill(args) => commands::distill::run(args, &progress),
         Command::Train(args) => commands::train::run(args, &progress),
         Command::Serve(args) => commands::serve::run(args),

@@ -24,6 +24,7 @@
 //! assert_eq!(recall.recall_at()["250"], 1.0);
 //! ```
 
+pub mod agreement;
 mod error;
 pub mod locomo_f1;
 pub mod plot;

@@ -317,6 +317,24 @@ mod local {
             self
         }
 
+        /// Replies to already rendered extraction chats (system and user messages, e.g. the
+        /// prompts of a distilled dataset), constrained by the schema, in batches after the
+        /// shared system prompt.
+        pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
+            let rendered = chats.iter().map(|m| self.chat.render(m)).collect::<Result<Vec<_>>>()?;
+            let request = |r: &super::RenderedChat| {
+                GenerateRequest::new(r.suffix.as_str()).with_max_tokens(self.config.max_tokens).with_json_schema(self.schema.clone())
+            };
+            // The system message holds no window data, so one prefix serves the whole call;
+            // a custom prompt that breaks this falls back to one chat at a time.
+            match rendered.first() {
+                Some(first) if rendered.iter().all(|r| r.prefix == first.prefix) => {
+                    self.generate(&first.prefix, &rendered.iter().map(request).collect::<Vec<_>>())
+                }
+                _ => rendered.iter().map(|r| Ok(self.generate(&r.prefix, &[request(r)])?.remove(0))).collect(),
+            }
+        }
+
         fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
             // A panic inside llama.cpp bookkeeping leaves no state that the next call relies
             // on (the KV cache is cleared per call), so a poisoned lock is still usable.
@@ -331,24 +349,10 @@ mod local {
         }
 
         fn extract(&self, windows: &[Window]) -> Result<Vec<Extraction>> {
-            let rendered = windows
-                .iter()
-                .map(|w| render_messages(&self.prompts, w, &self.config).and_then(|m| self.chat.render(&m)))
-                .collect::<Result<Vec<_>>>()?;
-            let request = |r: &super::RenderedChat| {
-                GenerateRequest::new(r.suffix.as_str()).with_max_tokens(self.config.max_tokens).with_json_schema(self.schema.clone())
-            };
-            // The system message holds no window data, so one prefix serves the whole call;
-            // a custom prompt that breaks this falls back to one window at a time.
-            let generations = match rendered.first() {
-                Some(first) if rendered.iter().all(|r| r.prefix == first.prefix) => {
-                    self.generate(&first.prefix, &rendered.iter().map(request).collect::<Vec<_>>())?
-                }
-                _ => rendered.iter().map(|r| Ok(self.generate(&r.prefix, &[request(r)])?.remove(0))).collect::<Result<Vec<_>>>()?,
-            };
+            let chats = windows.iter().map(|w| render_messages(&self.prompts, w, &self.config)).collect::<Result<Vec<_>>>()?;
             Ok(windows
                 .iter()
-                .zip(generations)
+                .zip(self.complete(&chats)?)
                 .map(|(window, g)| {
                     let usage = Usage {
                         prompt_tokens: g.prompt_tokens,

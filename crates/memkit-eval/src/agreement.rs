@@ -1,0 +1,204 @@
+//! Extraction agreement: how closely one extractor's records (a student's) follow another's (its
+//! teacher's) on the same windows (SPEC §7).
+//!
+//! Records of a window are matched one-to-one, greedily by descending content similarity
+//! (LoCoMo's token F1: normalised, Porter-stemmed tokens), keeping pairs with similarity ≥
+//! [`MATCH_THRESHOLD`] and the same `source_id`. Record precision / recall / F1 count matched
+//! pairs; per-field agreement is measured on the matched pairs only: memory type and time
+//! exactly (after trimming and lower-casing), location / reason / purpose by token F1 ≥ 0.5 or
+//! both empty, keywords by Jaccard overlap of the lower-cased sets.
+
+use std::collections::{BTreeMap, HashSet};
+
+use memkit_schema::ExtractedMemory;
+use serde::{Deserialize, Serialize};
+
+use crate::locomo_f1::f1_score;
+
+/// Least content similarity (token F1) of a matched pair.
+pub const MATCH_THRESHOLD: f64 = 0.5;
+
+/// One window's records from both extractors; `candidate` is `None` when its reply did not
+/// parse at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowPair<'a> {
+    /// The reference (teacher) records.
+    pub reference: &'a [ExtractedMemory],
+    /// The candidate (student) records, or `None` for an unparsable reply.
+    pub candidate: Option<&'a [ExtractedMemory]>,
+}
+
+/// Agreement over many windows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Agreement {
+    /// Windows compared.
+    pub windows: usize,
+    /// Share of windows whose candidate reply parsed.
+    pub json_validity: f64,
+    /// Reference records.
+    pub reference_records: usize,
+    /// Candidate records (parsed windows).
+    pub candidate_records: usize,
+    /// Matched pairs.
+    pub matched: usize,
+    /// `matched / candidate_records`.
+    pub precision: f64,
+    /// `matched / reference_records`.
+    pub recall: f64,
+    /// Harmonic mean of precision and recall.
+    pub f1: f64,
+    /// Mean content similarity of matched pairs.
+    pub content_similarity: f64,
+    /// Per field (type, time, location, reason, purpose, keywords): mean agreement on matched pairs.
+    pub fields: BTreeMap<String, f64>,
+}
+
+/// Compares candidate records with reference records window by window.
+pub fn agreement(pairs: &[WindowPair<'_>]) -> Agreement {
+    let mut out = Agreement { windows: pairs.len(), ..Agreement::default() };
+    let mut parsed = 0;
+    let mut similarity = 0.0;
+    let mut field_sums: BTreeMap<&'static str, f64> = BTreeMap::new();
+    for pair in pairs {
+        out.reference_records += pair.reference.len();
+        let Some(candidate) = pair.candidate else { continue };
+        parsed += 1;
+        out.candidate_records += candidate.len();
+        for (r, c, sim) in match_records(pair.reference, candidate) {
+            out.matched += 1;
+            similarity += sim;
+            for (field, score) in field_agreement(r, c) {
+                *field_sums.entry(field).or_default() += score;
+            }
+        }
+    }
+    let share = |n: f64, of: usize| if of == 0 { 0.0 } else { n / of as f64 };
+    out.json_validity = share(parsed as f64, out.windows);
+    out.precision = share(out.matched as f64, out.candidate_records);
+    out.recall = share(out.matched as f64, out.reference_records);
+    out.f1 = if out.precision + out.recall > 0.0 { 2.0 * out.precision * out.recall / (out.precision + out.recall) } else { 0.0 };
+    out.content_similarity = share(similarity, out.matched);
+    out.fields = field_sums.into_iter().map(|(k, v)| (k.to_owned(), share(v, out.matched))).collect();
+    out
+}
+
+/// Greedy one-to-one matching by descending similarity; ties keep input order.
+fn match_records<'a>(
+    reference: &'a [ExtractedMemory],
+    candidate: &'a [ExtractedMemory],
+) -> Vec<(&'a ExtractedMemory, &'a ExtractedMemory, f64)> {
+    let mut scored = Vec::new();
+    for (i, r) in reference.iter().enumerate() {
+        for (j, c) in candidate.iter().enumerate() {
+            if r.source_id != c.source_id {
+                continue;
+            }
+            let sim = f1_score(&c.content, &r.content);
+            if sim >= MATCH_THRESHOLD {
+                scored.push((i, j, sim));
+            }
+        }
+    }
+    scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+    let (mut used_r, mut used_c) = (HashSet::new(), HashSet::new());
+    let mut out = Vec::new();
+    for (i, j, sim) in scored {
+        if used_r.insert(i) {
+            if used_c.insert(j) {
+                out.push((&reference[i], &candidate[j], sim));
+            } else {
+                used_r.remove(&i);
+            }
+        }
+    }
+    out
+}
+
+fn field_agreement(r: &ExtractedMemory, c: &ExtractedMemory) -> [(&'static str, f64); 6] {
+    let exact = |a: &str, b: &str| f64::from(u8::from(a.trim().eq_ignore_ascii_case(b.trim())));
+    let text = |a: &str, b: &str| match (a.trim().is_empty(), b.trim().is_empty()) {
+        (true, true) => 1.0,
+        (false, false) => f64::from(u8::from(f1_score(b, a) >= 0.5)),
+        _ => 0.0,
+    };
+    let set = |k: &[String]| k.iter().map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()).collect::<HashSet<_>>();
+    let (kr, kc) = (set(&r.dimension.keywords), set(&c.dimension.keywords));
+    let keywords = if kr.is_empty() && kc.is_empty() { 1.0 } else { kr.intersection(&kc).count() as f64 / kr.union(&kc).count() as f64 };
+    let (rd, cd) = (&r.dimension, &c.dimension);
+    [
+        ("type", f64::from(u8::from(rd.memory_type == cd.memory_type))),
+        ("time", exact(&rd.time, &cd.time)),
+        ("location", text(&rd.location, &cd.location)),
+        ("reason", text(&rd.reason, &cd.reason)),
+        ("purpose", text(&rd.purpose, &cd.purpose)),
+        ("keywords", keywords),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use memkit_schema::{ExtractedDimension, MemoryType};
+
+    use super::*;
+
+    fn record(source_id: u32, content: &str, memory_type: MemoryType, time: &str, keywords: &[&str]) -> ExtractedMemory {
+        ExtractedMemory {
+            source_id,
+            source_speaker: "Ann".into(),
+            content: content.into(),
+            dimension: ExtractedDimension {
+                memory_type,
+                time: time.into(),
+                location: String::new(),
+                reason: String::new(),
+                purpose: String::new(),
+                keywords: keywords.iter().map(|k| k.to_string()).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn identical_records_agree_fully() {
+        let teacher = [record(2, "Ann adopted a cat named Tom.", MemoryType::Episodic, "2023-05-01", &["cat", "Tom"])];
+        let a = agreement(&[WindowPair { reference: &teacher, candidate: Some(&teacher) }]);
+        assert_eq!((a.matched, a.precision, a.recall, a.f1, a.json_validity), (1, 1.0, 1.0, 1.0, 1.0));
+        assert!(a.fields.values().all(|&v| v == 1.0), "{:?}", a.fields);
+    }
+
+    #[test]
+    fn partial_matches_and_unparsable_windows_count() {
+        let teacher = [
+            record(2, "Ann adopted a cat named Tom.", MemoryType::Episodic, "2023-05-01", &["cat", "Tom"]),
+            record(3, "Ann works as a nurse in Leeds.", MemoryType::Profile, "", &["nurse"]),
+        ];
+        let student = [
+            // Same source, similar content, different type and one of two keywords.
+            record(2, "Ann adopted a cat called Tom.", MemoryType::Fact, "2023-05-01", &["cat"]),
+            // Same content but another source message: no match.
+            record(4, "Ann works as a nurse in Leeds.", MemoryType::Profile, "", &["nurse"]),
+            // Nothing like any teacher record.
+            record(3, "The weather was nice.", MemoryType::Fact, "", &[]),
+        ];
+        let a = agreement(&[
+            WindowPair { reference: &teacher, candidate: Some(&student) },
+            WindowPair { reference: &teacher[..1], candidate: None },
+        ]);
+        assert_eq!(a.windows, 2);
+        assert_eq!(a.json_validity, 0.5);
+        assert_eq!((a.reference_records, a.candidate_records, a.matched), (3, 3, 1));
+        assert!((a.precision - 1.0 / 3.0).abs() < 1e-12 && (a.recall - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(a.fields["type"], 0.0);
+        assert_eq!(a.fields["time"], 1.0);
+        assert_eq!(a.fields["keywords"], 0.5);
+        assert!(a.content_similarity > 0.5 && a.content_similarity < 1.0);
+    }
+
+    #[test]
+    fn matching_is_one_to_one() {
+        let teacher = [record(1, "Ann likes tea.", MemoryType::Fact, "", &[])];
+        let student = [record(1, "Ann likes tea.", MemoryType::Fact, "", &[]), record(1, "Ann likes tea.", MemoryType::Fact, "", &[])];
+        let a = agreement(&[WindowPair { reference: &teacher, candidate: Some(&student) }]);
+        assert_eq!(a.matched, 1);
+        assert_eq!(a.precision, 0.5);
+    }
+}
