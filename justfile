@@ -45,9 +45,10 @@ bench *args="":
 models *names="all-minilm-l6-v2":
     {{memkit}} models fetch {{names}}
 
-# Bundle a checkpoint with its model card (issue 7).
-publish checkpoint:
-    {{memkit}} publish {{checkpoint}}
+# Bundle a checkpoint for HF / llama.cpp / Ollama with a model card, e.g.
+# `just publish runs/demo/student dist/demo --compare runs/demo/compare.json`.
+publish checkpoint out *args="":
+    {{memkit}} publish {{checkpoint}} --out {{out}} {{args}}
 
 # Dependency edges we rule out (STYLE.md §2).
 deps:

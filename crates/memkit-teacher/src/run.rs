@@ -126,6 +126,7 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
             results.push(cache.get(key)?.map(|e| (Ok(Extraction::from_output(&w.window, e.raw, e.usage)), true)));
         }
         let missing: Vec<usize> = (0..chunk.len()).filter(|&i| results[i].is_none()).collect();
+        let asked = Instant::now();
         if !missing.is_empty() {
             let windows: Vec<Window> = missing.iter().map(|&i| chunk[i].window.clone()).collect();
             for (&i, result) in missing.iter().zip(teacher.label(&windows)) {
@@ -136,6 +137,7 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
                 results[i] = Some((result, false));
             }
         }
+        let wall_ms = (asked.elapsed().as_millis() as u64) / missing.len().max(1) as u64;
         for ((w, key), result) in chunk.iter().zip(keys).zip(results) {
             let (result, cached) = result.expect("every window has a result");
             let extraction = match result {
@@ -167,6 +169,7 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
                 records: Vec::new(),
                 dropped: Vec::new(),
                 usage: extraction.usage,
+                wall_ms: if cached { 0 } else { wall_ms },
                 cached,
             };
             if let Some(reason) = unparsable(&extraction) {

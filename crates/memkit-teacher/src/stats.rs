@@ -48,9 +48,10 @@ pub struct Stats {
     pub prompt_tokens: usize,
     /// Teacher completion tokens.
     pub completion_tokens: usize,
-    /// Mean seconds per window the teacher took (windows labelled without the cache).
+    /// Mean wall-clock seconds per window the teacher took (windows labelled without the cache;
+    /// a batch's time is shared by its windows).
     pub seconds_per_window: f64,
-    /// Completion tokens per second of teacher time (same windows).
+    /// Completion tokens per wall-clock second of teacher time (same windows).
     pub completion_tokens_per_second: f64,
     /// Estimated cost in US dollars, when the recipe gives prices.
     pub cost_usd: Option<f64>,
@@ -62,8 +63,9 @@ pub struct Stats {
     pub lme_sessions_excluded: usize,
 }
 
-/// Computes the statistics of `dataset`.
-pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>) -> Stats {
+/// Computes the statistics of `dataset`; `batch` is the teacher's batch size, used for ledger
+/// entries written before wall time was recorded per window.
+pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: usize) -> Stats {
     let entries = &dataset.entries;
     let parsed: Vec<_> = entries.iter().filter(|e| e.status == Status::Ok).collect();
     let records: Vec<_> = parsed.iter().flat_map(|e| &e.records).collect();
@@ -89,8 +91,8 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>) -> Stat
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let fresh: Vec<_> = entries.iter().filter(|e| !e.cached && e.usage.millis > 0).collect();
-    let fresh_ms: u64 = fresh.iter().map(|e| e.usage.millis).sum();
+    let fresh: Vec<_> = entries.iter().filter(|e| !e.cached && (e.wall_ms > 0 || e.usage.millis > 0)).collect();
+    let fresh_ms: u64 = fresh.iter().map(|e| if e.wall_ms > 0 { e.wall_ms } else { e.usage.millis / batch.max(1) as u64 }).sum();
     let fresh_out: usize = fresh.iter().map(|e| e.usage.completion_tokens).sum();
     let prompt_tokens = entries.iter().map(|e| e.usage.prompt_tokens).sum();
     let completion_tokens = entries.iter().map(|e| e.usage.completion_tokens).sum();

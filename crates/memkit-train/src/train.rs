@@ -390,6 +390,10 @@ pub fn train(
         Ok(())
     };
 
+    // The base model's validation figures, so a run shows what training changed.
+    if state.step == 0 && run.eval_every > 0 && !valid_set.is_empty() {
+        eval(&model, 0, &mut log)?;
+    }
     while state.step < stop_at {
         let step_started = Instant::now();
         // The micro-batches of this step, and their assistant tokens: each micro-batch's loss

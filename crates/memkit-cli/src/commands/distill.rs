@@ -109,7 +109,11 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 
     let data = dataset::build(&recipe, &corpus)?;
     dataset::write_jsonl(&data, &out_dir)?;
-    let s = stats::compute(&data, &corpus, price);
+    let batch = match &recipe.teacher {
+        TeacherSpec::Local { batch, .. } => *batch,
+        TeacherSpec::Openai { .. } => 1,
+    };
+    let s = stats::compute(&data, &corpus, price, batch);
     stats::write(&s, &out_dir, &recipe.name, &teacher_id, &command)?;
     memkit_teacher::write_atomic(&out_dir.join("README.md"), readme(&recipe, &s, &teacher_id, &command).as_bytes())?;
     #[allow(clippy::print_stdout)]

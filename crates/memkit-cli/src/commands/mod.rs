@@ -7,6 +7,7 @@ pub mod eval;
 pub mod extract;
 pub mod ingest;
 pub mod models;
+pub mod publish;
 pub mod query;
 pub mod serve;
 pub mod train;
@@ -16,18 +17,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use memkit_schema::{Dialogue, MemoryRecord};
-
-/// Arguments of a subcommand that is not built yet: it accepts anything so that `--help` works.
-#[derive(Debug, clap::Args)]
-pub struct NotYet {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
-}
-
-/// Says plainly that a subcommand is not built yet and which issue builds it.
-pub fn not_yet(name: &str, issue: u32) -> anyhow::Result<()> {
-    anyhow::bail!("`memkit {name}` is not built yet (tracked in issue {issue}); see README.md for what works today")
-}
 
 /// Dialogue file formats the commands read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,0 +1,203 @@
+//! `memkit publish`: a trained checkpoint as a folder that Hugging Face tools, llama.cpp and
+//! Ollama load, with a model card.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use memkit_infer::convert::{self, ConvertOptions, OutType};
+
+/// Files of the HF layout a bundle must have.
+const REQUIRED: [&str; 4] = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"];
+/// Files copied when present.
+const OPTIONAL: [&str; 4] = ["generation_config.json", "recipe.toml", "metrics.jsonl", "train.log"];
+
+/// Bundle a trained checkpoint for publishing: HF layout + GGUF + Ollama Modelfile + model card.
+///
+/// Copies the checkpoint's HF files (config.json, model.safetensors, tokenizer.json,
+/// tokenizer_config.json with the chat template, generation_config.json, recipe.toml, metrics),
+/// writes a GGUF for llama.cpp / Ollama through memkit's converter (Q8_0 by default), an Ollama
+/// Modelfile, and README.md: a model card with the base model, the data, the recipe, the
+/// evaluation figures given with --compare, and the exact commands. Uploading is not built: push
+/// the folder with `huggingface-cli upload <repo> <out>`.
+///
+/// Example:
+///   memkit publish checkpoints/smollm2-135m-lme-filler --out dist/memkit-extractor-135m --compare runs/compare.json
+#[derive(Debug, clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The `memkit train` output folder (HF layout).
+    checkpoint: PathBuf,
+    /// The bundle folder (created; existing files are replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// GGUF weight type, or `none`.
+    #[arg(long, value_enum, default_value = "q8-0")]
+    gguf: GgufType,
+    /// A `memkit compare --out` JSON whose figures go into the card; repeatable.
+    #[arg(long)]
+    compare: Vec<PathBuf>,
+    /// Model name in the card and the GGUF metadata (default: the bundle folder's name).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GgufType {
+    Q8_0,
+    F16,
+    None,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let src = &args.checkpoint;
+    for file in REQUIRED {
+        anyhow::ensure!(src.join(file).is_file(), "{} has no {file}: is it a `memkit train` output folder?", src.display());
+    }
+    let tokenizer_config: serde_json::Value = read_json(&src.join("tokenizer_config.json"))?;
+    anyhow::ensure!(
+        tokenizer_config.get("chat_template").is_some_and(|t| !t.is_null()),
+        "{}: no chat_template; the extractor prompt needs it",
+        src.join("tokenizer_config.json").display()
+    );
+    let compares = args.compare.iter().map(|p| read_json(p)).collect::<anyhow::Result<Vec<serde_json::Value>>>()?;
+    let name =
+        args.name.clone().unwrap_or_else(|| args.out.file_name().map_or("memkit-extractor".into(), |n| n.to_string_lossy().into_owned()));
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let mut files = Vec::new();
+    for file in REQUIRED.iter().chain(OPTIONAL.iter()) {
+        let from = src.join(file);
+        if from.is_file() {
+            std::fs::copy(&from, args.out.join(file)).with_context(|| format!("cannot copy {}", from.display()))?;
+            files.push((*file).to_owned());
+        }
+    }
+    let gguf = match args.gguf {
+        GgufType::None => None,
+        dtype => {
+            let (out_type, suffix) = if dtype == GgufType::F16 { (OutType::F16, "f16") } else { (OutType::Q8_0, "q8_0") };
+            let file = format!("{name}-{suffix}.gguf");
+            convert::hf_to_gguf(src, args.out.join(&file), &ConvertOptions { dtype: out_type, name: Some(name.clone()) })
+                .with_context(|| format!("converting {} to GGUF", src.display()))?;
+            std::fs::write(args.out.join("Modelfile"), format!("FROM ./{file}\nPARAMETER temperature 0\n"))?;
+            files.push(file.clone());
+            files.push("Modelfile".into());
+            Some(file)
+        }
+    };
+    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares)?;
+    std::fs::write(args.out.join("README.md"), card)?;
+    files.push("README.md".into());
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{}: {}", args.out.display(), files.join(", "));
+    }
+    Ok(())
+}
+
+fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// The model card: YAML front matter for the Hub, what the model is, how it was made, how well
+/// it does, and how to run it.
+fn model_card(name: &str, src: &Path, out: &Path, gguf: Option<&str>, compares: &[serde_json::Value]) -> anyhow::Result<String> {
+    let recipe_text = std::fs::read_to_string(src.join("recipe.toml")).unwrap_or_default();
+    let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
+    let base =
+        recipe.get("model").and_then(|m| m.get("name").or_else(|| m.get("path"))).and_then(|v| v.as_str()).unwrap_or("unknown").to_owned();
+    let data = recipe.get("data").and_then(|d| d.get("dir")).and_then(|v| v.as_str()).unwrap_or("unknown").to_owned();
+    let lora = recipe.get("lora").map(|l| format!("LoRA (rank {}, merged)", l.get("rank").map_or("?".into(), ToString::to_string)));
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "---\nlicense: apache-2.0\nlibrary_name: transformers\npipeline_tag: text-generation\ntags:\n- memkit\n- memory-extraction\n- gguf\n---\n"
+    );
+    let _ = writeln!(md, "# {name}\n");
+    let _ = writeln!(
+        md,
+        "A compact **memory extractor** trained with [memkit](https://github.com/memkit/memkit): given a window of dialogue, it \
+         writes dimensional memory records (`fact` / `episodic` / `profile`, with time, location, reason, purpose, keywords and \
+         the source message) as JSON following memkit's extractor schema.\n"
+    );
+    let _ = writeln!(md, "## Training\n");
+    let _ = writeln!(
+        md,
+        "- Base model: `{base}`{}",
+        if base.contains("smollm2") || base.contains("qwen") {
+            " (memkit's packaged GGUF, dequantised to f32: a Q4 start is lossy)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(md, "- Method: {}", lora.unwrap_or_else(|| "full fine-tuning".into()));
+    let _ = writeln!(md, "- Data: `{data}` (teacher-labelled windows from LongMemEval-S filler sessions and MemoryBank; never LoCoMo)");
+    let stats = Path::new(&data).join("stats.md");
+    if stats.is_file() {
+        let _ = writeln!(md, "  (its statistics: `{}`)", stats.display());
+    }
+    let _ = writeln!(md, "- Recipe: `recipe.toml` (in this folder); per-step metrics: `metrics.jsonl`\n");
+    if let Some(eval) = last_eval(&src.join("metrics.jsonl")) {
+        let _ = writeln!(md, "Validation after training: loss {:.4}, assistant-token accuracy {:.4}.\n", eval.0, eval.1);
+    }
+    if !compares.is_empty() {
+        let _ = writeln!(md, "## Agreement with the teacher (held-out windows)\n");
+        let _ = writeln!(
+            md,
+            "| data | windows | JSON validity | precision | recall | F1 | type | time | keywords |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for c in compares {
+            let a = &c["agreement"];
+            let f = |k: &str| a[k].as_f64().map_or("–".into(), |v| format!("{v:.3}"));
+            let field = |k: &str| a["fields"][k].as_f64().map_or("–".into(), |v| format!("{v:.3}"));
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c["data"].as_str().unwrap_or("?"),
+                a["windows"],
+                f("json_validity"),
+                f("precision"),
+                f("recall"),
+                f("f1"),
+                field("type"),
+                field("time"),
+                field("keywords")
+            );
+        }
+        let _ = writeln!(md, "\nMade with `memkit compare --model <this folder> --data <valid.jsonl> --out <json>`.\n");
+    }
+    let _ = writeln!(md, "## Use\n");
+    let _ = writeln!(
+        md,
+        "memkit (llama.cpp in-process, schema-constrained):\n\n```bash\nmemkit extract --input dialogues.jsonl --model {}{}\n```\n",
+        out.display(),
+        gguf.map(|g| format!("/{g}")).unwrap_or_default()
+    );
+    if let Some(g) = gguf {
+        let _ = writeln!(md, "llama.cpp: `llama-cli -m {g}` · Ollama: `ollama create {name} -f Modelfile`\n");
+    }
+    let _ = writeln!(
+        md,
+        "Transformers: `AutoModelForCausalLM.from_pretrained(\"{}\")`; the chat template is in `tokenizer_config.json`. \
+         Prompt it with memkit's extraction prompt (`prompts/extract.j2`): the model was trained on exactly that rendering.\n",
+        out.display()
+    );
+    let _ = writeln!(
+        md,
+        "## Reproduce\n\n```bash\nmemkit train --recipe recipe.toml\nmemkit publish {} --out {}\n```",
+        src.display(),
+        out.display()
+    );
+    Ok(md)
+}
+
+/// Loss and accuracy of the last eval line of metrics.jsonl.
+fn last_eval(path: &Path) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "eval")
+        .and_then(|v| Some((v["loss"].as_f64()?, v["accuracy"].as_f64()?)))
+}
