@@ -183,6 +183,10 @@ pub struct RunConfig {
     /// Log a training step every this many steps.
     #[serde(default = "default_one")]
     pub log_every: usize,
+    /// Recompute memory-bound activations in the backward pass instead of keeping them
+    /// (burn's balanced gradient checkpointing): less peak memory for long windows, more time.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
 }
 
 fn default_epochs() -> usize {

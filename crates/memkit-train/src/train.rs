@@ -317,6 +317,7 @@ pub fn train(
         log.line(&format!("resuming from {} at step {}", dir.display(), state.step))?;
     }
     let device = device.clone().autodiff();
+    let device = if recipe.run.gradient_checkpointing { device.gradient_checkpointing() } else { device };
     // Named in errors about missing or mis-shaped tensors.
     let weights_path = match &recipe.model {
         ModelSource::Random { .. } => recipe_path.to_path_buf(),
