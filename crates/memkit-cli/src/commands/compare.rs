@@ -6,8 +6,6 @@ use anyhow::Context;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
 use memkit_infer::ExtractConfig;
 use memkit_infer::convert::{self, ConvertOptions, OutType};
-use memkit_infer::extract::LocalExtractor;
-use memkit_infer::generate::{EngineOptions, LlamaEngine};
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::{ExtractorSchemaOptions, parse_extractor_output};
 use serde::Deserialize;
@@ -77,18 +75,12 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     anyhow::ensure!(!rows.is_empty(), "{} holds no rows", args.data.display());
 
     let gguf = model_gguf(&args.model)?;
-    let mut options = EngineOptions { n_seq_max: args.batch.max(1) as u32 + 1, ..EngineOptions::default() };
-    options.n_ctx = 2048 + args.batch.max(1) as u32 * (4096 + args.max_tokens as u32);
-    if let Some(threads) = args.threads {
-        options.n_threads = threads;
-    }
-    let engine = LlamaEngine::load(&gguf, options).with_context(|| format!("loading {}", gguf.display()))?;
     let config = ExtractConfig {
         schema: ExtractorSchemaOptions { max_memories: args.max_memories, ..ExtractorSchemaOptions::default() },
         max_tokens: args.max_tokens,
         ..ExtractConfig::default()
     };
-    let extractor = LocalExtractor::new(engine, config)?;
+    let extractor = super::local_extractor(&gguf, args.batch, args.threads, config)?;
 
     let bar = bars.bar(rows.len() as u64, "compare");
     let mut outputs = Vec::with_capacity(rows.len());

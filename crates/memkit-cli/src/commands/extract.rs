@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
-use memkit_infer::generate::{EngineOptions, LlamaEngine};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 use memkit_infer::{ExtractConfig, Extractor, OpenAiExtractor};
 use memkit_schema::{ExtractorSchemaOptions, MemoryRecord};
@@ -155,11 +154,5 @@ fn extractor(args: &Args, config: ExtractConfig) -> anyhow::Result<(Box<dyn Extr
     }
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
     let path = memkit_teacher::teacher::resolve_model(model)?;
-    let mut options = EngineOptions { n_seq_max: args.batch.max(1) as u32 + 1, ..EngineOptions::default() };
-    options.n_ctx = 2048 + args.batch.max(1) as u32 * (4096 + args.max_tokens as u32);
-    if let Some(threads) = args.threads {
-        options.n_threads = threads;
-    }
-    let engine = LlamaEngine::load(&path, options).with_context(|| format!("loading {}", path.display()))?;
-    Ok((Box::new(memkit_infer::extract::LocalExtractor::new(engine, config)?), args.batch.max(1)))
+    Ok((Box::new(super::local_extractor(&path, args.batch, args.threads, config)?), args.batch.max(1)))
 }
