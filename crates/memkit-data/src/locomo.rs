@@ -53,6 +53,20 @@ pub struct Observation {
     pub evidence: Vec<String>,
 }
 
+impl LocomoSample {
+    /// The conversation cut to its first `n` sessions: later sessions, their observations and
+    /// every question whose evidence is not entirely in the kept sessions are dropped (so are
+    /// questions without evidence, which no cut can be sure of). A named subset for slow
+    /// extractors: recall over it compares systems on the same questions.
+    pub fn first_sessions(mut self, n: usize) -> Self {
+        self.dialogue.sessions.truncate(n);
+        let kept: HashSet<String> = self.dialogue.sessions.iter().map(|s| s.id.clone()).collect();
+        self.observations.retain(|o| kept.contains(&o.session_id));
+        self.questions.retain(|q| !q.evidence_sessions.is_empty() && q.evidence_sessions.iter().all(|s| kept.contains(s)));
+        self
+    }
+}
+
 static SESSION_KEY: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^session_(\d+)$").expect("valid regex"));
 static OBSERVATION_KEY: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^session_(\d+)_observation$").expect("valid regex"));
 static EVIDENCE_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^D:?(\d+):(\d+)$").expect("valid regex"));

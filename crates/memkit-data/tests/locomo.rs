@@ -118,3 +118,19 @@ fn real_locomo_evidence_problems_are_warnings() {
     assert_eq!(observations, 2541);
     assert!(samples.iter().flat_map(|s| &s.observations).all(|o| !o.evidence.is_empty()));
 }
+
+#[test]
+fn first_sessions_keeps_questions_answerable_from_them() {
+    let full = load_locomo(&common::fixture("locomo_small.json")).unwrap().remove(0);
+    let cut = full.clone().first_sessions(1);
+    assert_eq!(cut.dialogue.sessions.len(), 1);
+    assert!(cut.observations.iter().all(|o| o.session_id == "session_1"));
+    let ids: Vec<&str> = cut.questions.iter().map(|q| q.id.as_str()).collect();
+    let expected: Vec<&str> = full.questions.iter().filter(|q| q.evidence_sessions == ["session_1"]).map(|q| q.id.as_str()).collect();
+    assert_eq!(ids, expected);
+    assert!(ids.contains(&"conv-x/q0") && !ids.contains(&"conv-x/q1"), "q1 needs session_2: {ids:?}");
+    let all = full.clone().first_sessions(9);
+    assert_eq!((&all.dialogue, &all.observations), (&full.dialogue, &full.observations), "more sessions than there are");
+    let with_evidence: Vec<&str> = full.questions.iter().filter(|q| !q.evidence.is_empty()).map(|q| q.id.as_str()).collect();
+    assert_eq!(all.questions.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(), with_evidence, "only evidence-less questions go");
+}

@@ -38,6 +38,23 @@ pub struct EvalRecipe {
     pub ks: Vec<usize>,
     /// The systems to compare, in report order.
     pub systems: Vec<SystemSpec>,
+    /// Extraction agreement between record files written by `memkit extract` with a model
+    /// (`[[agreements]]`), computed from their window ledgers.
+    #[serde(default)]
+    pub agreements: Vec<AgreementSpec>,
+}
+
+/// `candidate`'s records against `reference`'s on the windows both extracted: records matched
+/// one-to-one (same source message, content token F1 ≥ 0.5), then per-field agreement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgreementSpec {
+    /// Report name (`student vs teacher`).
+    pub name: String,
+    /// The reference records file (e.g. the teacher's); its `<file>.windows.jsonl` is read.
+    pub reference: PathBuf,
+    /// The candidate records file (e.g. the student's).
+    pub candidate: PathBuf,
 }
 
 fn default_budgets() -> Vec<usize> {
@@ -52,13 +69,17 @@ fn default_ks() -> Vec<usize> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum DatasetSpec {
-    /// LoCoMo-10; `conversations` picks sample ids (all when empty).
+    /// LoCoMo-10; `conversations` picks sample ids (all when empty), `sessions` cuts each to its first N.
     Locomo {
         /// Path relative to the data dir, or absolute.
         path: PathBuf,
         /// Sample ids such as `conv-26`; empty means all ten.
         #[serde(default)]
         conversations: Vec<String>,
+        /// Keep each conversation's first N sessions and only the questions whose evidence lies
+        /// in them (a named subset for slow extractors); all sessions when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sessions: Option<usize>,
     },
     /// LongMemEval (oracle or S); `limit` keeps the first N questions (all when absent).
     Longmemeval {

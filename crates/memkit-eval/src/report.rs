@@ -21,6 +21,7 @@
 //!     dataset: "locomo10".into(),
 //!     command: "memkit eval --recipe recipes/eval/locomo-bm25.toml".into(),
 //!     systems: vec![bm25],
+//!     agreements: vec![],
 //!     notes: vec![],
 //! };
 //! report.write("reports".as_ref())?;
@@ -131,6 +132,9 @@ pub struct MetricsFile {
     pub dataset: String,
     /// One entry per system, in report order.
     pub systems: Vec<SystemMetrics>,
+    /// Extraction agreement figures, when the recipe asks for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreements: Vec<NamedAgreement>,
 }
 
 /// A benchmark report: the figures of several systems on one dataset.
@@ -144,8 +148,20 @@ pub struct Report {
     pub command: String,
     /// The systems compared.
     pub systems: Vec<SystemMetrics>,
+    /// Extraction agreement of candidate extractors with a reference (student vs teacher).
+    pub agreements: Vec<NamedAgreement>,
     /// Free-text notes (sampling, tokenizer, exclusions), one bullet each.
     pub notes: Vec<String>,
+}
+
+/// One agreement figure of a report: `candidate`'s records against `reference`'s, window by window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedAgreement {
+    /// Report name (`student vs teacher`).
+    pub name: String,
+    /// The figures.
+    #[serde(flatten)]
+    pub agreement: crate::agreement::Agreement,
 }
 
 /// File names inside a report folder.
@@ -182,7 +198,7 @@ impl Report {
 
     /// The `metrics.json` content.
     pub fn metrics_file(&self) -> MetricsFile {
-        MetricsFile { dataset: self.dataset.clone(), systems: self.systems.clone() }
+        MetricsFile { dataset: self.dataset.clone(), systems: self.systems.clone(), agreements: self.agreements.clone() }
     }
 
     /// The `report.md` content: one table per metric, the command, the notes.
@@ -284,6 +300,37 @@ impl Report {
             ));
         }
 
+        if !self.agreements.is_empty() {
+            md.push_str("## Extraction agreement\n\n");
+            md.push_str("Records matched one-to-one within a window (same source message, content token F1 ≥ 0.5); field agreement over matched pairs.\n\n");
+            let fields: Vec<String> = sorted_fields(&self.agreements);
+            let mut header: Vec<String> =
+                ["windows", "JSON validity", "reference records", "candidate records", "precision", "recall", "F1", "content similarity"]
+                    .map(String::from)
+                    .to_vec();
+            header.extend(fields.iter().cloned());
+            md.push_str(&table(
+                "candidate vs reference",
+                &header,
+                None,
+                self.agreements.iter().map(|a| {
+                    let g = &a.agreement;
+                    let mut cells = vec![
+                        Some(g.windows.to_string()),
+                        Some(format!("{:.3}", g.json_validity)),
+                        Some(g.reference_records.to_string()),
+                        Some(g.candidate_records.to_string()),
+                        Some(format!("{:.3}", g.precision)),
+                        Some(format!("{:.3}", g.recall)),
+                        Some(format!("{:.3}", g.f1)),
+                        Some(format!("{:.3}", g.content_similarity)),
+                    ];
+                    cells.extend(fields.iter().map(|f| g.fields.get(f).map(|v| format!("{v:.3}"))));
+                    (a.name.clone(), cells, None)
+                }),
+            ));
+        }
+
         if !self.notes.is_empty() {
             md.push_str("## Notes\n\n");
             for n in &self.notes {
@@ -302,6 +349,14 @@ impl Report {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
         serde_json::from_str(&text).map_err(|source| Error::Json { path: path.to_path_buf(), source })
     }
+}
+
+/// The field names of all agreements, in order.
+fn sorted_fields(agreements: &[NamedAgreement]) -> Vec<String> {
+    let mut k: Vec<String> = agreements.iter().flat_map(|a| a.agreement.fields.keys().cloned()).collect();
+    k.sort();
+    k.dedup();
+    k
 }
 
 /// Escapes `|` so a cell cannot break the table.
@@ -408,6 +463,7 @@ mod tests {
             dataset: "d".into(),
             command: "memkit eval --recipe x.toml".into(),
             systems: vec![system()],
+            agreements: vec![],
             notes: vec!["tokens: o200k_base".into()],
         };
         let md = report.to_markdown();

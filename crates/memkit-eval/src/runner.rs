@@ -362,13 +362,20 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         "Context tokens per query: adaptive systems = tokens of the list they return; ranked systems = tokens taken at the largest budget; full context = the whole dialogue.".to_string(),
     ];
     let systems = match &recipe.dataset {
-        DatasetSpec::Locomo { conversations, .. } => {
+        DatasetSpec::Locomo { conversations, sessions, .. } => {
             let mut samples = memkit_data::load_locomo(&path)?;
             if !conversations.is_empty() {
                 if let Some(missing) = conversations.iter().find(|c| !samples.iter().any(|s| &s.id == *c)) {
                     return Err(Error::Dataset(format!("{}: no conversation {missing:?}", path.display())));
                 }
                 samples.retain(|s| conversations.contains(&s.id));
+            }
+            if let Some(n) = *sessions {
+                samples = samples.into_iter().map(|s| s.first_sessions(n)).collect();
+                notes.push(format!(
+                    "Subset: each conversation cut to its first {n} sessions; only questions whose evidence lies in them ({} questions).",
+                    samples.iter().map(|s| s.questions.len()).sum::<usize>()
+                ));
             }
             let warnings: usize = samples.iter().map(|s| s.warnings.len()).sum();
             notes.push(format!(
@@ -395,7 +402,8 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
     if !recipe.description.is_empty() {
         notes.insert(0, recipe.description.clone());
     }
-    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, notes })
+    let agreements = recipe.agreements.iter().map(agreement_of).collect::<Result<Vec<_>>>()?;
+    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, agreements, notes })
 }
 
 fn last_session_date(d: &Dialogue) -> Option<NaiveDateTime> {
@@ -433,12 +441,99 @@ fn run_locomo(
             }
         }
         reporter.finish();
-        out.push(tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter));
+        let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
+        extraction_figures(system, &mut metrics)?;
+        out.push(metrics);
     }
     Ok(out)
 }
 
-/// The session of a LongMemEval turn id `<session>:<n>`.
+/// For records written by `memkit extract` with a model: what extraction cost, read from the
+/// window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
+fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Result<()> {
+    let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".windows.jsonl");
+    let ledger = path.with_file_name(name);
+    let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
+    let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let entry: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
+        let extraction = &entry["extraction"];
+        windows += 1;
+        millis += extraction["usage"]["millis"].as_u64().unwrap_or(0);
+        completion += extraction["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
+    }
+    if windows > 0 {
+        metrics.extra.insert("extraction_windows".into(), json!(windows));
+        metrics.extra.insert("extraction_s_per_window".into(), json!(millis as f64 / 1e3 / windows as f64));
+        metrics.extra.insert("extraction_tokens_per_window".into(), json!(completion as f64 / windows as f64));
+        metrics.extra.insert("windows_without_records".into(), json!(empty));
+    }
+    Ok(())
+}
+
+/// One window of a `memkit extract` window ledger, as far as agreement needs it.
+#[derive(serde::Deserialize)]
+struct LedgerLine {
+    extraction: LedgerExtraction,
+}
+
+#[derive(serde::Deserialize)]
+struct LedgerExtraction {
+    window_id: String,
+    records: Vec<memkit_schema::ExtractedMemory>,
+    errors: Vec<memkit_schema::RecordError>,
+}
+
+/// The window ledger `memkit extract --output FILE` keeps next to FILE.
+fn window_ledger(records_file: &std::path::Path) -> PathBuf {
+    let mut name = records_file.file_name().unwrap_or_default().to_os_string();
+    name.push(".windows.jsonl");
+    records_file.with_file_name(name)
+}
+
+/// Per window: the records, or `None` when the reply did not parse as a whole.
+fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String, Option<Vec<memkit_schema::ExtractedMemory>>>> {
+    let path = window_ledger(records_file);
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let entry: LedgerLine = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", path.display(), i + 1)))?;
+        let e = entry.extraction;
+        let whole_failure = e.errors.iter().any(|err| err.index.is_none());
+        out.insert(e.window_id, (!whole_failure).then_some(e.records));
+    }
+    Ok(out)
+}
+
+/// Agreement of one recipe entry: the candidate's windows against the reference's, on the
+/// windows both extracted.
+fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate::report::NamedAgreement> {
+    let reference = read_window_ledger(&spec.reference)?;
+    let candidate = read_window_ledger(&spec.candidate)?;
+    let pairs: Vec<crate::agreement::WindowPair<'_>> = reference
+        .iter()
+        .filter_map(|(id, r)| {
+            let c = candidate.get(id)?;
+            Some(crate::agreement::WindowPair { reference: r.as_deref().unwrap_or(&[]), candidate: c.as_deref() })
+        })
+        .collect();
+    if pairs.is_empty() {
+        return Err(Error::Dataset(format!(
+            "agreement {:?}: {} and {} share no window",
+            spec.name,
+            window_ledger(&spec.reference).display(),
+            window_ledger(&spec.candidate).display()
+        )));
+    }
+    Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement: crate::agreement::agreement(&pairs) })
+}
+
+/// The session of a LongMemEval turn id/// The session of a LongMemEval turn id `<session>:<n>`.
 fn session_of(turn_id: &str) -> &str {
     turn_id.rsplit_once(':').map_or(turn_id, |(s, _)| s)
 }
@@ -501,7 +596,9 @@ fn run_longmemeval(
             reporter.advance(1);
         }
         reporter.finish();
-        out.push(tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter));
+        let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
+        extraction_figures(system, &mut metrics)?;
+        out.push(metrics);
     }
     Ok(out)
 }

@@ -35,6 +35,7 @@ fn report() -> Report {
         dataset: "locomo10".into(),
         command: "memkit eval --recipe recipes/eval/locomo-bm25.toml".into(),
         systems: vec![a, b],
+        agreements: vec![],
         notes: vec!["tokens counted with o200k_base".into()],
     }
 }
@@ -123,4 +124,35 @@ fn unwritable_folder_names_the_path() {
     std::fs::write(&blocker, "").unwrap();
     let err = report().write(&blocker).unwrap_err();
     assert!(err.to_string().contains("file"), "{err}");
+}
+
+#[test]
+fn agreements_round_trip_and_get_a_table() {
+    use memkit_eval::agreement::{WindowPair, agreement};
+    use memkit_eval::report::NamedAgreement;
+    use memkit_schema::ExtractedMemory;
+
+    let record = |id: u32, content: &str, kind: &str| -> ExtractedMemory {
+        serde_json::from_value(serde_json::json!({
+            "source_id": id, "content": content, "dimension": {"memory_type": kind, "keywords": ["x"]}
+        }))
+        .unwrap()
+    };
+    let teacher = vec![record(4, "Ann adopted a cat named Tom", "fact"), record(6, "Ann moved to Paris in May", "episodic")];
+    let student = vec![record(4, "Ann adopted a cat called Tom", "fact")];
+    let figures = agreement(&[
+        WindowPair { reference: &teacher, candidate: Some(&student) },
+        WindowPair { reference: &teacher[..1], candidate: None },
+    ]);
+    let mut report = report();
+    report.agreements = vec![NamedAgreement { name: "student vs teacher".into(), agreement: figures.clone() }];
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = report.write(tmp.path()).unwrap();
+    let back = Report::read_metrics(&dir.join(METRICS_JSON)).unwrap();
+    assert_eq!(back.agreements, report.agreements);
+    assert_eq!((figures.windows, figures.matched, figures.reference_records), (2, 1, 3));
+    assert_eq!(figures.json_validity, 0.5);
+    let md = std::fs::read_to_string(dir.join(REPORT_MD)).unwrap();
+    let row = md.lines().find(|l| l.starts_with("| student vs teacher |")).expect("an agreement row");
+    assert!(row.contains("| 2 | 0.500 | 3 | 1 | 1.000 |"), "{row}");
 }

@@ -171,7 +171,8 @@ pub struct RunConfig {
     /// Seeds weight init, LoRA init, shuffling and dropout.
     #[serde(default = "default_seed")]
     pub seed: u64,
-    /// Evaluate on `valid.jsonl` every this many steps (0: only at the end).
+    /// Evaluate on `valid.jsonl` every this many steps (0: only at the end); the base model is
+    /// always evaluated once before the first step, so a run shows what training changed.
     #[serde(default)]
     pub eval_every: usize,
     /// Write a checkpoint every this many steps (0: only at the end).

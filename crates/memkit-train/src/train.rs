@@ -392,7 +392,7 @@ pub fn train(
     };
 
     // The base model's validation figures, so a run shows what training changed.
-    if state.step == 0 && run.eval_every > 0 && !valid_set.is_empty() {
+    if state.step == 0 && !valid_set.is_empty() {
         eval(&model, 0, &mut log)?;
     }
     while state.step < stop_at {

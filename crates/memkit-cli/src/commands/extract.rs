@@ -1,14 +1,16 @@
 //! `memkit extract`: dialogues → memory records, one JSON object per line.
 
+use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
-use memkit_infer::{ExtractConfig, Extractor, OpenAiExtractor};
+use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
 use memkit_schema::{ExtractorSchemaOptions, MemoryRecord};
+use serde::{Deserialize, Serialize};
 
 use super::{DialogueArgs, Format};
 
@@ -74,7 +76,9 @@ pub struct Args {
     /// llama.cpp threads (GGUF; default: the cores available).
     #[arg(long)]
     threads: Option<usize>,
-    /// Write records here instead of stdout (written to a temp file, then renamed).
+    /// Write records here instead of stdout (written to a temp file, then renamed). With a
+    /// model, finished windows also go to `<output>.windows.jsonl` as they finish: re-running
+    /// the same command after a crash or kill skips them.
     #[arg(long, short)]
     output: Option<PathBuf>,
 }
@@ -107,24 +111,60 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 max_tokens: args.max_tokens,
                 ..ExtractConfig::default()
             };
-            let (extractor, chunk) = extractor(&args, extract)?;
-            let bar = bars.bar(all.len() as u64, "extract");
-            let (mut bad, mut invalid) = (0usize, 0usize);
-            for group in all.chunks(chunk) {
-                let extractions = extractor.extract(group).with_context(|| format!("extracting window {}", group[0].id))?;
-                for (window, extraction) in group.iter().zip(&extractions) {
-                    invalid += extraction.errors.len();
-                    bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
-                    records.extend(extraction.to_records(window));
+            // Each finished window goes to a ledger next to --output, so a killed run resumes
+            // where it stopped; windows already there (from the same extractor settings) are
+            // not extracted again.
+            let ledger_path = args.output.as_deref().map(ledger_path);
+            let key = extractor_key(&args);
+            let mut done: HashMap<String, Extraction> = HashMap::new();
+            if let Some(path) = &ledger_path {
+                for entry in memkit_teacher::ledger::read::<Finished>(path)? {
+                    if entry.extractor != key {
+                        anyhow::bail!(
+                            "{} was written by another extractor ({:?}, this run is {key:?}); delete it or choose another --output",
+                            path.display(),
+                            entry.extractor
+                        );
+                    }
+                    done.insert(entry.extraction.window_id.clone(), entry.extraction);
                 }
-                bar.inc(group.len() as u64);
             }
-            bar.finish_and_clear();
+            let todo: Vec<Window> = all.iter().filter(|w| !done.contains_key(&w.id)).cloned().collect();
+            if !done.is_empty() {
+                tracing::info!(finished = all.len() - todo.len(), left = todo.len(), "resuming from the window ledger");
+            }
+            if !todo.is_empty() {
+                let (extractor, chunk) = extractor(&args, extract)?;
+                let mut ledger = ledger_path.as_deref().map(memkit_teacher::ledger::Ledger::open).transpose()?;
+                let bar = bars.bar(todo.len() as u64, "extract");
+                for group in todo.chunks(chunk) {
+                    let extractions = extractor.extract(group).with_context(|| format!("extracting window {}", group[0].id))?;
+                    for extraction in extractions {
+                        if let Some(ledger) = ledger.as_mut() {
+                            ledger.append(&Finished { extractor: key.clone(), extraction: extraction.clone() })?;
+                        }
+                        done.insert(extraction.window_id.clone(), extraction);
+                    }
+                    bar.inc(group.len() as u64);
+                }
+                bar.finish_and_clear();
+            }
+            let (mut bad, mut invalid, mut millis, mut completion) = (0usize, 0usize, 0u64, 0usize);
+            for window in &all {
+                let extraction = &done[&window.id];
+                invalid += extraction.errors.len();
+                bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
+                millis += extraction.usage.millis;
+                completion += extraction.usage.completion_tokens;
+                records.extend(extraction.to_records(window));
+            }
             tracing::info!(
-                extractor = extractor.id(),
+                extractor = key,
                 windows = all.len(),
                 unusable_windows = bad,
                 dropped_records = invalid,
+                seconds_per_window = millis as f64 / 1000.0 / all.len().max(1) as f64,
+                completion_tokens = completion,
                 "model extraction"
             );
         }
@@ -144,6 +184,30 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     }
     tracing::info!(dialogues = dialogues.len(), records = records.len(), "extracted");
     Ok(())
+}
+
+/// One finished window in the extraction ledger (`<output>.windows.jsonl`).
+#[derive(Debug, Serialize, Deserialize)]
+struct Finished {
+    /// [`extractor_key`] of the run that wrote it.
+    extractor: String,
+    extraction: Extraction,
+}
+
+/// The window ledger that makes `--output` runs resumable.
+pub fn ledger_path(output: &Path) -> PathBuf {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(".windows.jsonl");
+    output.with_file_name(name)
+}
+
+/// What decides a window's records: the model (or endpoint and model name) and the limits.
+fn extractor_key(args: &Args) -> String {
+    let model = match (&args.endpoint, &args.model) {
+        (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
+        (None, model) => model.clone().unwrap_or_default(),
+    };
+    format!("{model} max_memories={} max_tokens={}", args.max_memories, args.max_tokens)
 }
 
 /// The model extractor the flags name, and how many windows to hand it at once.

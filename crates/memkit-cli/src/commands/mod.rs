@@ -41,6 +41,9 @@ pub struct DialogueArgs {
     /// Keep only these dialogue ids (LoCoMo `conv-26`, LongMemEval question ids); repeatable.
     #[arg(long = "dialogue")]
     pub dialogues: Vec<String>,
+    /// Keep only each dialogue's first N sessions (the subset an eval recipe's `sessions` names).
+    #[arg(long)]
+    pub sessions: Option<usize>,
 }
 
 impl DialogueArgs {
@@ -56,6 +59,9 @@ impl DialogueArgs {
                 anyhow::bail!("{}: no dialogue {missing:?}", path.display());
             }
             dialogues.retain(|d| self.dialogues.contains(&d.id));
+        }
+        if let Some(n) = self.sessions {
+            dialogues.iter_mut().for_each(|d| d.sessions.truncate(n));
         }
         Ok(dialogues)
     }

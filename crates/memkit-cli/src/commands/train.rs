@@ -18,9 +18,14 @@ pub struct Args {
     /// The train recipe (see recipes/train/ for examples; unknown keys are errors).
     #[arg(long, short)]
     recipe: PathBuf,
-    /// Continue from the newest checkpoint in the run folder.
+    /// Continue from the newest checkpoint in the run folder (weights, optimiser moments,
+    /// schedule, data cursor and RNG: the run goes on as if it had never stopped).
     #[arg(long)]
     resume: bool,
+    /// Stop once this many optimiser steps are done in all (counting resumed ones), with a
+    /// checkpoint, so a long run can go in slices: `--stop-after 2`, later `--resume`.
+    #[arg(long)]
+    stop_after: Option<usize>,
     /// The run folder (overrides the recipe's `run.out_dir`).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -37,7 +42,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     if let Some(seed) = args.seed {
         recipe.run.seed = seed;
     }
-    let options = TrainOptions { resume: args.resume, stop_after: None };
+    let options = TrainOptions { resume: args.resume, stop_after: args.stop_after };
     let reporter = TrainBar { bars, bar: Mutex::new(None) };
     let summary = memkit_train::train(&recipe, &args.recipe, &options, &memkit_train::cpu_device(), &reporter)
         .with_context(|| format!("training with recipe {}", args.recipe.display()))?;

@@ -1,0 +1,65 @@
+"""SFT throughput of PyTorch + Hugging Face transformers: the peer of memkit's burn trainer.
+
+Run by `just bench-train` (crates/memkit-train/examples/sft_bench.rs), which writes the model
+config, runs burn's step, then this script with the same shape, and prints the ratio. One
+training step = forward, causal-LM cross-entropy over every position, backward, AdamW; random
+weights and random token ids (throughput does not depend on them). Prints one JSON line.
+
+    python benches/sft_torch.py --config cfg.json --batch 4 --seq 256 --steps 3 --warmup 1
+"""
+
+import argparse
+import json
+import time
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="a Hugging Face config.json")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=3, help="timed steps")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    config = AutoConfig.for_model(**json.load(open(a.config)))
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    ids = torch.randint(0, config.vocab_size, (a.batch, a.seq))
+
+    times = []
+    for step in range(a.warmup + a.steps):
+        start = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= a.warmup:
+            times.append(time.perf_counter() - start)
+    tokens = a.batch * a.seq * len(times)
+    print(
+        json.dumps(
+            {
+                "engine": f"PyTorch {torch.__version__} + transformers {transformers.__version__}",
+                "attention": model.config._attn_implementation,
+                "threads": torch.get_num_threads(),
+                "tokens_per_s": tokens / sum(times),
+                "step_s": times,
+                "loss": float(loss),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
