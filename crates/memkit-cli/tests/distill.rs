@@ -4,29 +4,10 @@
 //! Uses the real binary, the real SmolLM2-135M teacher (skipped unless installed, failing when
 //! `MEMKIT_REQUIRE_MODELS=1`) and real MemoryBank windows.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMKIT_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/memkit/models")))?;
-    let path = dir.join("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.is_file() {
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {} is missing", path.display());
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("skipped: {} is not installed (memkit models fetch smollm2-135m)", path.display());
-        }
-        return None;
-    }
-    Some(path)
-}
-
-fn ledger_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
-}
 
 fn window_ids(lines: &[String]) -> Vec<String> {
     lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["window_id"].as_str().unwrap().to_owned()).collect()
@@ -34,7 +15,7 @@ fn window_ids(lines: &[String]) -> Vec<String> {
 
 #[test]
 fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
-    let Some(gguf) = smollm2() else { return };
+    let Some(gguf) = common::smollm2() else { return };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let recipe = dir.path().join("recipe.toml");
@@ -68,19 +49,19 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
 
     let mut child = distill().spawn().unwrap();
     let started = Instant::now();
-    while ledger_lines(&ledger).is_empty() {
+    while common::ledger_lines(&ledger).is_empty() {
         assert!(child.try_wait().unwrap().is_none(), "distill exited before finishing a window");
         assert!(started.elapsed() < Duration::from_secs(600), "no window finished in 10 minutes");
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let before = window_ids(&ledger_lines(&ledger));
+    let before = window_ids(&common::ledger_lines(&ledger));
     assert!(!before.is_empty() && before.len() < windows, "killed after {} of {windows} windows", before.len());
 
     let output = distill().output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let after = window_ids(&ledger_lines(&ledger));
+    let after = window_ids(&common::ledger_lines(&ledger));
     assert_eq!(after.len(), windows, "each window exactly once: {after:?}");
     assert_eq!(&after[..before.len()], &before[..], "finished windows were kept, not redone");
     let mut unique = after.clone();
@@ -90,7 +71,7 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     // The dataset files were written from the ledger.
     let train = std::fs::read_to_string(out.join("train.jsonl")).unwrap();
     let valid = std::fs::read_to_string(out.join("valid.jsonl")).unwrap();
-    let parsed = after.len() - ledger_lines(&out.join("failures.jsonl")).len();
+    let parsed = after.len() - common::ledger_lines(&out.join("failures.jsonl")).len();
     assert_eq!(train.lines().count() + valid.lines().count(), parsed);
     assert!(out.join("stats.md").is_file());
 }
