@@ -393,7 +393,7 @@ pub fn train(
 
     // The base model's validation figures, so a run shows what training changed.
     if state.step == 0 && !valid_set.is_empty() {
-        eval(&model, 0, &mut log)?;
+        last_eval = Some(eval(&model, 0, &mut log)?);
     }
     while state.step < stop_at {
         let step_started = Instant::now();
@@ -464,7 +464,8 @@ pub fn train(
 
     let finished = state.step == total_steps;
     if finished {
-        if !valid_set.is_empty() {
+        // (A run of zero steps evaluates the base once, not twice.)
+        if !valid_set.is_empty() && last_eval.as_ref().is_none_or(|e| e.step != state.step) {
             last_eval = Some(eval(&model, state.step, &mut log)?);
         }
         export_hf(&run_dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;

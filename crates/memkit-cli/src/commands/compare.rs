@@ -4,10 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
-use memkit_infer::ExtractConfig;
 use memkit_infer::convert::{self, ConvertOptions, OutType};
 use memkit_prompt::{ChatMessage, ChatRole};
-use memkit_schema::{ExtractorSchemaOptions, parse_extractor_output};
+use memkit_schema::parse_extractor_output;
 use serde::Deserialize;
 
 use crate::progress::Bars;
@@ -34,18 +33,8 @@ pub struct Args {
     /// Compare on at most this many windows (the first ones).
     #[arg(long)]
     limit: Option<usize>,
-    /// Records per window the schema allows (the distill recipe's `max_memories`).
-    #[arg(long, default_value_t = 8)]
-    max_memories: usize,
-    /// Most tokens per reply.
-    #[arg(long, default_value_t = 800)]
-    max_tokens: usize,
-    /// Windows decoded together.
-    #[arg(long, default_value_t = 4)]
-    batch: usize,
-    /// llama.cpp threads (default: the cores available).
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    generation: super::GenerationArgs,
     /// Also write the figures as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -75,16 +64,11 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     anyhow::ensure!(!rows.is_empty(), "{} holds no rows", args.data.display());
 
     let gguf = model_gguf(&args.model)?;
-    let config = ExtractConfig {
-        schema: ExtractorSchemaOptions { max_memories: args.max_memories, ..ExtractorSchemaOptions::default() },
-        max_tokens: args.max_tokens,
-        ..ExtractConfig::default()
-    };
-    let extractor = super::local_extractor(&gguf, args.batch, args.threads, config)?;
+    let extractor = args.generation.local_extractor(&gguf)?;
 
     let bar = bars.bar(rows.len() as u64, "compare");
     let mut outputs = Vec::with_capacity(rows.len());
-    for chunk in rows.chunks(args.batch.max(1)) {
+    for chunk in rows.chunks(args.generation.batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
         outputs.extend(extractor.complete(&chats)?.into_iter().map(|g| g.text));
         bar.inc(chunk.len() as u64);

@@ -9,7 +9,7 @@ use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
-use memkit_schema::{ExtractorSchemaOptions, MemoryRecord};
+use memkit_schema::MemoryRecord;
 use serde::{Deserialize, Serialize};
 
 use super::{DialogueArgs, Format};
@@ -64,18 +64,8 @@ pub struct Args {
     /// Extract from at most this many windows (in dialogue order).
     #[arg(long)]
     limit: Option<usize>,
-    /// Records per window (the prompt and the schema say so).
-    #[arg(long, default_value_t = 8)]
-    max_memories: usize,
-    /// Most tokens per reply.
-    #[arg(long, default_value_t = 800)]
-    max_tokens: usize,
-    /// Windows decoded together (GGUF).
-    #[arg(long, default_value_t = 4)]
-    batch: usize,
-    /// llama.cpp threads (GGUF; default: the cores available).
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    generation: super::GenerationArgs,
     /// Write records here instead of stdout (written to a temp file, then renamed). With a
     /// model, finished windows also go to `<output>.windows.jsonl` as they finish: re-running
     /// the same command after a crash or kill skips them.
@@ -106,11 +96,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             config.validate()?;
             let mut all: Vec<Window> = dialogues.iter().flat_map(|d| windows(d, &config)).collect();
             all.truncate(args.limit.unwrap_or(usize::MAX));
-            let extract = ExtractConfig {
-                schema: ExtractorSchemaOptions { max_memories: args.max_memories, ..ExtractorSchemaOptions::default() },
-                max_tokens: args.max_tokens,
-                ..ExtractConfig::default()
-            };
+            let extract = args.generation.extract_config();
             // Each finished window goes to a ledger next to --output, so a killed run resumes
             // where it stopped; windows already there (from the same extractor settings) are
             // not extracted again.
@@ -207,7 +193,7 @@ fn extractor_key(args: &Args) -> String {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
         (None, model) => model.clone().unwrap_or_default(),
     };
-    format!("{model} max_memories={} max_tokens={}", args.max_memories, args.max_tokens)
+    format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens)
 }
 
 /// The model extractor the flags name, and how many windows to hand it at once.
@@ -218,5 +204,5 @@ fn extractor(args: &Args, config: ExtractConfig) -> anyhow::Result<(Box<dyn Extr
     }
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
     let path = memkit_teacher::teacher::resolve_model(model)?;
-    Ok((Box::new(super::local_extractor(&path, args.batch, args.threads, config)?), args.batch.max(1)))
+    Ok((Box::new(super::local_extractor(&path, args.generation.batch, args.generation.threads, config)?), args.generation.batch.max(1)))
 }

@@ -94,6 +94,39 @@ pub fn load_embedder(dir: Option<&Path>) -> anyhow::Result<Option<std::sync::Arc
     Ok(Some(std::sync::Arc::new(embedder)))
 }
 
+/// How a local or served model writes records: limits, batch and threads (`extract`, `compare`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GenerationArgs {
+    /// Records per window the prompt and the schema allow (a distill recipe's `max_memories`).
+    #[arg(long, default_value_t = 8)]
+    pub max_memories: usize,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 800)]
+    pub max_tokens: usize,
+    /// Windows decoded together (GGUF).
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// llama.cpp threads (GGUF; default: the cores available).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl GenerationArgs {
+    /// The extraction settings these flags give.
+    pub fn extract_config(&self) -> memkit_infer::ExtractConfig {
+        memkit_infer::ExtractConfig {
+            schema: memkit_schema::ExtractorSchemaOptions { max_memories: self.max_memories, ..Default::default() },
+            max_tokens: self.max_tokens,
+            ..memkit_infer::ExtractConfig::default()
+        }
+    }
+
+    /// A GGUF as a batched extractor with these settings.
+    pub fn local_extractor(&self, gguf: &Path) -> anyhow::Result<memkit_infer::extract::LocalExtractor> {
+        local_extractor(gguf, self.batch, self.threads, self.extract_config())
+    }
+}
+
 /// A GGUF (path or packaged model name) as a batched, schema-constrained extractor: one KV
 /// sequence per window of a batch plus the shared prefix, room for prompts and replies.
 pub fn local_extractor(
