@@ -310,6 +310,25 @@ mod local {
             })
         }
 
+        /// Loads a GGUF sized for `batch` windows at once: one KV sequence per window plus the
+        /// shared system prompt, and by default room for a long window's prompt (4k tokens)
+        /// and the reply in each; `threads` defaults to the cores available.
+        pub fn load(
+            gguf: &std::path::Path,
+            batch: usize,
+            threads: Option<usize>,
+            n_ctx: Option<u32>,
+            config: ExtractConfig,
+        ) -> Result<Self> {
+            let batch = batch.max(1) as u32;
+            let mut options = crate::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
+            options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + config.max_tokens as u32));
+            if let Some(threads) = threads {
+                options.n_threads = threads;
+            }
+            Self::new(LlamaEngine::load(gguf, options)?, config)
+        }
+
         /// Uses these prompts instead of the embedded ones.
         #[must_use]
         pub fn with_prompts(mut self, prompts: Prompts) -> Self {

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use memkit_data::Window;
-use memkit_infer::generate::EngineOptions;
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
-use memkit_infer::{ExtractConfig, Extraction, Extractor, LlamaEngine, OpenAiExtractor};
+use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
 
 use crate::recipe::{Price, TeacherSpec};
 use crate::{Error, Result};
@@ -40,16 +39,8 @@ impl LocalTeacher {
     /// Loads `model` (a packaged model name or a `.gguf` path).
     pub fn load(model: &str, threads: Option<usize>, batch: usize, n_ctx: Option<u32>, config: ExtractConfig) -> Result<Self> {
         let path = resolve_model(model)?;
-        let mut options = EngineOptions::default();
-        if let Some(threads) = threads {
-            options.n_threads = threads;
-        }
-        options.n_seq_max = batch as u32 + 1;
-        // The system prompt, then per window its prompt (about 2.5k tokens at most with the
-        // default window caps) and the reply.
-        options.n_ctx = n_ctx.unwrap_or(2048 + batch as u32 * (3072 + config.max_tokens as u32));
-        let engine = LlamaEngine::load(&path, options)?;
-        Ok(Self { extractor: memkit_infer::extract::LocalExtractor::new(engine, config)?, batch })
+        let extractor = memkit_infer::extract::LocalExtractor::load(&path, batch, threads, n_ctx, config)?;
+        Ok(Self { extractor, batch })
     }
 }
 
@@ -92,6 +83,18 @@ impl HttpTeacher {
         Ok(Self { extractor: OpenAiExtractor::new(OpenAiClient::new(config), extract)?, concurrency, price })
     }
 
+    /// The client an `openai` recipe teacher describes; `None` for another kind of teacher.
+    pub fn from_spec(spec: &TeacherSpec, extract: ExtractConfig) -> Option<Result<Self>> {
+        let TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } = spec else {
+            return None;
+        };
+        let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
+        config.api_key_env.clone_from(api_key_env);
+        config.timeout = Duration::from_secs(*timeout_s);
+        config.max_retries = *max_retries;
+        Some(Self::new(config, *concurrency, *price, extract))
+    }
+
     /// The extractor (for batch-API request building).
     pub fn extractor(&self) -> &OpenAiExtractor {
         &self.extractor
@@ -129,12 +132,6 @@ impl Teacher for HttpTeacher {
 pub fn from_spec(spec: &TeacherSpec, extract: ExtractConfig) -> Result<Box<dyn Teacher>> {
     Ok(match spec {
         TeacherSpec::Local { model, threads, batch, n_ctx } => Box::new(LocalTeacher::load(model, *threads, *batch, *n_ctx, extract)?),
-        TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } => {
-            let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
-            config.api_key_env.clone_from(api_key_env);
-            config.timeout = Duration::from_secs(*timeout_s);
-            config.max_retries = *max_retries;
-            Box::new(HttpTeacher::new(config, *concurrency, *price, extract)?)
-        }
+        TeacherSpec::Openai { .. } => Box::new(HttpTeacher::from_spec(spec, extract).expect("an openai teacher")?),
     })
 }

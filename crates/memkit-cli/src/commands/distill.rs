@@ -134,14 +134,9 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 }
 
 fn http_teacher(recipe: &DistillRecipe) -> anyhow::Result<HttpTeacher> {
-    let TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } = &recipe.teacher else {
-        anyhow::bail!("--export-batch / --import-batch need an `openai` teacher in the recipe");
-    };
-    let mut config = memkit_infer::openai::OpenAiConfig::new(base_url.clone(), model.clone());
-    config.api_key_env.clone_from(api_key_env);
-    config.timeout = std::time::Duration::from_secs(*timeout_s);
-    config.max_retries = *max_retries;
-    Ok(HttpTeacher::new(config, *concurrency, *price, recipe.generation.extract_config())?)
+    HttpTeacher::from_spec(&recipe.teacher, recipe.generation.extract_config())
+        .context("--export-batch / --import-batch need an `openai` teacher in the recipe")?
+        .map_err(Into::into)
 }
 
 fn teacher_name(recipe: &DistillRecipe) -> String {

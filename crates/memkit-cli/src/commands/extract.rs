@@ -204,5 +204,5 @@ fn extractor(args: &Args, config: ExtractConfig) -> anyhow::Result<(Box<dyn Extr
     }
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
     let path = memkit_teacher::teacher::resolve_model(model)?;
-    Ok((Box::new(super::local_extractor(&path, args.generation.batch, args.generation.threads, config)?), args.generation.batch.max(1)))
+    Ok((Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
 }

@@ -123,24 +123,7 @@ impl GenerationArgs {
 
     /// A GGUF as a batched extractor with these settings.
     pub fn local_extractor(&self, gguf: &Path) -> anyhow::Result<memkit_infer::extract::LocalExtractor> {
-        local_extractor(gguf, self.batch, self.threads, self.extract_config())
+        memkit_infer::extract::LocalExtractor::load(gguf, self.batch, self.threads, None, self.extract_config())
+            .with_context(|| format!("loading {}", gguf.display()))
     }
-}
-
-/// A GGUF (path or packaged model name) as a batched, schema-constrained extractor: one KV
-/// sequence per window of a batch plus the shared prefix, room for prompts and replies.
-pub fn local_extractor(
-    gguf: &Path,
-    batch: usize,
-    threads: Option<usize>,
-    config: memkit_infer::ExtractConfig,
-) -> anyhow::Result<memkit_infer::extract::LocalExtractor> {
-    let batch = batch.max(1) as u32;
-    let mut options = memkit_infer::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
-    options.n_ctx = 2048 + batch * (4096 + config.max_tokens as u32);
-    if let Some(threads) = threads {
-        options.n_threads = threads;
-    }
-    let engine = memkit_infer::LlamaEngine::load(gguf, options).with_context(|| format!("loading {}", gguf.display()))?;
-    Ok(memkit_infer::extract::LocalExtractor::new(engine, config)?)
 }
