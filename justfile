@@ -17,7 +17,7 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
     {{memkit}} train --recipe recipes/train/demo.toml
     {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
-    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --limit 4 --max-tokens 256 --output runs/demo/student-records.jsonl
+    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --restart --limit 4 --max-tokens 256 --output runs/demo/student-records.jsonl
     {{memkit}} eval --recipe recipes/eval/demo.toml --data-dir {{data}}
 
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.

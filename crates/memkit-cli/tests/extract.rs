@@ -78,4 +78,11 @@ fn kill_9_mid_extraction_resumes_where_it_stopped() {
     let other = extract("100").output().unwrap();
     assert!(!other.status.success());
     assert!(String::from_utf8_lossy(&other.stderr).contains("was written by another extractor"));
+    assert_eq!(common::ledger_lines(&ledger).len(), windows, "a refused run leaves the ledger alone");
+    // --restart starts the ledger over.
+    let restarted = extract("100").arg("--restart").output().unwrap();
+    assert!(restarted.status.success(), "{}", String::from_utf8_lossy(&restarted.stderr));
+    let lines = common::ledger_lines(&ledger);
+    assert_eq!(lines.len(), windows);
+    assert!(lines.iter().all(|l| l.contains("max_tokens=100")), "{lines:?}");
 }

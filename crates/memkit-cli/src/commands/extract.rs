@@ -66,6 +66,9 @@ pub struct Args {
     limit: Option<usize>,
     #[command(flatten)]
     generation: super::GenerationArgs,
+    /// Discard the window ledger of --output and extract every window again.
+    #[arg(long, requires = "output")]
+    restart: bool,
     /// Write records here instead of stdout (written to a temp file, then renamed). With a
     /// model, finished windows also go to `<output>.windows.jsonl` as they finish: re-running
     /// the same command after a crash or kill skips them.
@@ -101,13 +104,21 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             // where it stopped; windows already there (from the same extractor settings) are
             // not extracted again.
             let ledger_path = args.output.as_deref().map(ledger_path);
-            let key = extractor_key(&args);
+            let key = extractor_key(&args)?;
             let mut done: HashMap<String, Extraction> = HashMap::new();
+            if let (Some(path), true) = (&ledger_path, args.restart) {
+                match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("cannot remove {}", path.display()));
+                    }
+                    _ => {}
+                }
+            }
             if let Some(path) = &ledger_path {
                 for entry in memkit_teacher::ledger::read::<Finished>(path)? {
                     if entry.extractor != key {
                         anyhow::bail!(
-                            "{} was written by another extractor ({:?}, this run is {key:?}); delete it or choose another --output",
+                            "{} was written by another extractor ({:?}, this run is {key:?}); pass --restart to start over or choose another --output",
                             path.display(),
                             entry.extractor
                         );
@@ -187,13 +198,33 @@ pub fn ledger_path(output: &Path) -> PathBuf {
     output.with_file_name(name)
 }
 
-/// What decides a window's records: the model (or endpoint and model name) and the limits.
-fn extractor_key(args: &Args) -> String {
+/// What decides a window's records: the model (for a file: its size and a hash of its last MiB,
+/// so a retrained model under the same name is a new extractor) or endpoint, and the limits.
+fn extractor_key(args: &Args) -> anyhow::Result<String> {
     let model = match (&args.endpoint, &args.model) {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
-        (None, model) => model.clone().unwrap_or_default(),
+        (None, Some(model)) => {
+            let path = memkit_teacher::teacher::resolve_model(model)?;
+            format!("{model} ({})", fingerprint(&path).with_context(|| format!("cannot read {}", path.display()))?)
+        }
+        (None, None) => String::new(),
     };
-    format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens)
+    Ok(format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens))
+}
+
+/// `<bytes> bytes, tail <sha256 of the last MiB, 12 hex digits>`: cheap, and any retraining
+/// changes the tensor data at the end of a GGUF.
+fn fingerprint(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(1 << 20)))?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail)?;
+    let digest = sha2::Sha256::digest(&tail);
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{len} bytes, tail {hex}"))
 }
 
 /// The model extractor the flags name, and how many windows to hand it at once.
