@@ -27,26 +27,11 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use memkit_infer::convert::{ConvertOptions, OutType, hf_to_gguf};
 use memkit_train::checkpoint::export_hf;
-use memkit_train::model::{BuildOptions, random_weights};
+use memkit_train::model::BuildOptions;
 use memkit_train::train::BaseModel;
 use memkit_train::{Config, Model, cpu_device};
-use serde_json::json;
 
 const IDS: [i64; 12] = [1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 2];
-
-fn config(model_type: &str, class: &str) -> serde_json::Value {
-    let mut config = json!({
-        "architectures": [class], "model_type": model_type, "vocab_size": 272, "hidden_size": 64,
-        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "max_position_embeddings": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
-        "bos_token_id": 1, "eos_token_id": 2,
-    });
-    if model_type == "qwen3" {
-        config["head_dim"] = json!(32); // 4 heads × 32 ≠ hidden 64
-        config["tie_word_embeddings"] = json!(false);
-    }
-    config
-}
 
 fn burn_logits(dir: &Path) -> Vec<f32> {
     let base = BaseModel::from_hf_dir(dir).unwrap();
@@ -119,22 +104,7 @@ fn burn_logits_equal_llama_cpp_logits() {
     backend.void_logs();
     for (model_type, class) in [("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"), ("qwen3", "Qwen3ForCausalLM")] {
         let dir = tempfile::tempdir().unwrap();
-        let config_json = config(model_type, class);
-        let config = Config::from_json(&config_json, Path::new("config.json")).unwrap();
-        let mut weights = random_weights(&config, 7);
-        for (name, tensor) in weights.iter_mut() {
-            // Norm weights around 1 and nonzero biases, so both are exercised.
-            let mut rng = memkit_train::rng::SplitMix64::new(name.len() as u64);
-            for v in &mut tensor.data {
-                *v = if name.ends_with("norm.weight") {
-                    1.0 + 0.3 * rng.next_normal()
-                } else if name.ends_with(".bias") {
-                    0.2 * rng.next_normal()
-                } else {
-                    10.0 * *v
-                };
-            }
-        }
+        let (config_json, config, weights) = common::tiny_family(model_type, class);
         export_hf(dir.path(), &config_json, &weights, &common::fixtures()).unwrap();
         let gguf = dir.path().join("model.gguf");
         hf_to_gguf(dir.path(), &gguf, &ConvertOptions { dtype: OutType::F32, name: None }).unwrap();
