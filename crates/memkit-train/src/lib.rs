@@ -48,3 +48,43 @@ pub use train::{EvalMetrics, Reporter, SilentReporter, StepMetrics, TrainOptions
 pub fn cpu_device() -> burn::tensor::Device {
     burn::tensor::Device::flex()
 }
+
+/// The CPU backends this build has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// burn's pure-Rust `flex` (always built).
+    Flex,
+    /// LibTorch's CPU kernels through burn-tch (cargo feature `tch`).
+    #[cfg(feature = "tch")]
+    Libtorch,
+}
+
+impl Backend {
+    /// Every backend of this build.
+    pub fn all() -> Vec<Backend> {
+        #[allow(unused_mut)]
+        let mut all = vec![Backend::Flex];
+        #[cfg(feature = "tch")]
+        all.push(Backend::Libtorch);
+        all
+    }
+
+    /// Its name in reports (`flex`, `libtorch`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Flex => "flex",
+            #[cfg(feature = "tch")]
+            Backend::Libtorch => "libtorch",
+        }
+    }
+
+    /// The device (autodiff is switched on by [`train()`]).
+    pub fn device(self) -> burn::tensor::Device {
+        match self {
+            Backend::Flex => burn::tensor::Device::flex(),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)] // burn-tch is deprecated in burn 0.22 and still the LibTorch path
+            Backend::Libtorch => burn::tensor::Device::libtorch(),
+        }
+    }
+}
