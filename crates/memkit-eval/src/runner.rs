@@ -448,8 +448,9 @@ fn run_locomo(
     Ok(out)
 }
 
-/// For records written by `memkit extract` with a model: what extraction cost, read from the
-/// window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
+/// For records written by `memkit extract` with a model: what extraction cost (wall seconds
+/// per window, a batch's time shared among its windows; completion tokens per window), read
+/// from the window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
 fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Result<()> {
     let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -462,7 +463,8 @@ fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Resul
             .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
         let extraction = &entry["extraction"];
         windows += 1;
-        millis += extraction["usage"]["millis"].as_u64().unwrap_or(0);
+        // A batch's windows share its wall time: each gets its share.
+        millis += extraction["usage"]["millis"].as_u64().unwrap_or(0) / entry["batch"].as_u64().unwrap_or(1).max(1);
         completion += extraction["usage"]["completion_tokens"].as_u64().unwrap_or(0);
         empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
     }

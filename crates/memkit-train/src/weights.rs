@@ -72,6 +72,12 @@ pub fn write_safetensors(path: &Path, weights: &Weights) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let tmp = tmp_path(path);
     safetensors::serialize_to_file(views, None, &tmp).map_err(|e| Error::Weights { path: tmp.clone(), reason: e.to_string() })?;
+    // safetensors creates the file owner-only (0600); a published checkpoint is read by others.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(&tmp, e))?;
+    }
     fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 

@@ -106,6 +106,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             let ledger_path = args.output.as_deref().map(ledger_path);
             let key = extractor_key(&args)?;
             let mut done: HashMap<String, Extraction> = HashMap::new();
+            let mut batch_of: HashMap<String, usize> = HashMap::new();
             if let (Some(path), true) = (&ledger_path, args.restart) {
                 match std::fs::remove_file(path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -123,6 +124,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                             entry.extractor
                         );
                     }
+                    batch_of.insert(entry.extraction.window_id.clone(), entry.batch.max(1));
                     done.insert(entry.extraction.window_id.clone(), entry.extraction);
                 }
             }
@@ -138,8 +140,9 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                     let extractions = extractor.extract(group).with_context(|| format!("extracting window {}", group[0].id))?;
                     for extraction in extractions {
                         if let Some(ledger) = ledger.as_mut() {
-                            ledger.append(&Finished { extractor: key.clone(), extraction: extraction.clone() })?;
+                            ledger.append(&Finished { extractor: key.clone(), batch: group.len(), extraction: extraction.clone() })?;
                         }
+                        batch_of.insert(extraction.window_id.clone(), group.len());
                         done.insert(extraction.window_id.clone(), extraction);
                     }
                     bar.inc(group.len() as u64);
@@ -151,7 +154,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 let extraction = &done[&window.id];
                 invalid += extraction.errors.len();
                 bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
-                millis += extraction.usage.millis;
+                millis += extraction.usage.millis / batch_of[&window.id] as u64;
                 completion += extraction.usage.completion_tokens;
                 records.extend(extraction.to_records(window));
             }
@@ -188,7 +191,15 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
 struct Finished {
     /// [`extractor_key`] of the run that wrote it.
     extractor: String,
+    /// Windows decoded together with this one: `extraction.usage.millis` is their shared wall
+    /// time, so one window's share is `millis / batch`.
+    #[serde(default = "one")]
+    batch: usize,
     extraction: Extraction,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// The window ledger that makes `--output` runs resumable.

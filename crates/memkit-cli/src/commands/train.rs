@@ -32,6 +32,10 @@ pub struct Args {
     /// Overrides the recipe's `run.seed`.
     #[arg(long)]
     seed: Option<u64>,
+    /// Overrides the recipe's `run.max_steps`; `--max-steps 0 --out DIR` evaluates the base
+    /// model on the valid split and exports it as the run would (the "before" of a run).
+    #[arg(long)]
+    max_steps: Option<usize>,
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -41,6 +45,9 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     }
     if let Some(seed) = args.seed {
         recipe.run.seed = seed;
+    }
+    if let Some(steps) = args.max_steps {
+        recipe.run.max_steps = Some(steps);
     }
     let options = TrainOptions { resume: args.resume, stop_after: args.stop_after };
     let reporter = TrainBar { bars, bar: Mutex::new(None) };
