@@ -85,9 +85,15 @@ pub enum Error {
     /// Prompt rendering failed.
     #[error(transparent)]
     Prompt(#[from] memkit_prompt::Error),
-    /// The inference backend failed to start.
+    /// The inference backend failed to start (boxed: its errors are large).
     #[error(transparent)]
-    Infer(#[from] memkit_infer::Error),
+    Infer(Box<memkit_infer::Error>),
+}
+
+impl From<memkit_infer::Error> for Error {
+    fn from(e: memkit_infer::Error) -> Self {
+        Error::Infer(Box::new(e))
+    }
 }
 
 /// Result with [`Error`].

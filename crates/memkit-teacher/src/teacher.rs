@@ -112,12 +112,14 @@ impl Teacher for HttpTeacher {
         std::thread::scope(|scope| {
             let handles: Vec<_> = windows
                 .iter()
-                .map(|w| scope.spawn(move || self.extractor.extract(std::slice::from_ref(w)).map(|mut v| v.remove(0))))
+                .map(|w| {
+                    scope.spawn(move || self.extractor.extract(std::slice::from_ref(w)).map(|mut v| v.remove(0)).map_err(|e| e.to_string()))
+                })
                 .collect();
             handles
                 .into_iter()
                 .map(|h| match h.join() {
-                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Ok(result) => result,
                     Err(_) => Err("the request thread panicked".to_owned()),
                 })
                 .collect()

@@ -14,6 +14,9 @@
 //! `--python` (or `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers
 //! (`just bench-train` makes `.venv-bench`); without one only burn is measured.
 
+// A benchmark program: printing its table is its job.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
