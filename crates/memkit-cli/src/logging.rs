@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 /// Installs the subscriber. `RUST_LOG` wins over `--quiet`/`--verbose`.
 pub fn init(quiet: bool, verbose: bool) {
     let default = match (quiet, verbose) {
-        (true, _) => "warn",
+        (true, _) => "warn,llama_cpp_2=error",
         (_, true) => "debug",
         // llama.cpp reports every model load in ~150 lines (and warns about quirks of
         // published GGUFs it fixes itself): errors only unless --verbose.
