@@ -487,7 +487,7 @@ struct LedgerLine {
 struct LedgerExtraction {
     window_id: String,
     records: Vec<memkit_schema::ExtractedMemory>,
-    errors: Vec<memkit_schema::RecordError>,
+    raw: String,
 }
 
 /// The window ledger `memkit extract --output FILE` keeps next to FILE.
@@ -506,7 +506,9 @@ fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String,
         let entry: LedgerLine = serde_json::from_str(line)
             .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", path.display(), i + 1)))?;
         let e = entry.extraction;
-        let whole_failure = e.errors.iter().any(|err| err.index.is_none());
+        // Unparsable = the reply itself yields no `memories` array (records dropped for pointing
+        // outside the window are not a parse failure).
+        let whole_failure = memkit_schema::parse_extractor_output(&e.raw).errors.iter().any(|err| err.index.is_none());
         out.insert(e.window_id, (!whole_failure).then_some(e.records));
     }
     Ok(out)
@@ -603,4 +605,64 @@ fn run_longmemeval(
         out.push(metrics);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::AgreementSpec;
+
+    fn memory(source_id: u32, content: &str) -> serde_json::Value {
+        serde_json::json!({"source_id": source_id, "source_speaker": "Ann", "content": content,
+            "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+    }
+
+    /// A window ledger line as `memkit extract` writes it.
+    fn line(window: &str, kept: &[serde_json::Value], raw: &str, errors: serde_json::Value) -> String {
+        serde_json::json!({"extractor": "m", "batch": 2, "extraction": {"window_id": window, "records": kept, "errors": errors,
+            "raw": raw, "usage": {"prompt_tokens": 10, "completion_tokens": 4, "millis": 3000}}})
+        .to_string()
+    }
+
+    #[test]
+    fn agreement_reads_window_ledgers_and_only_unparsable_replies_count_as_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let (teacher, student) = (dir.path().join("teacher.jsonl"), dir.path().join("student.jsonl"));
+        let cat = memory(4, "Ann adopted a cat named Tom");
+        let paris = memory(5, "Ann moved to Paris in May");
+        let reply = |records: &[&serde_json::Value]| serde_json::json!({"memories": records}).to_string();
+        std::fs::write(
+            window_ledger(&teacher),
+            [
+                line("d/w0", &[cat.clone(), paris.clone()], &reply(&[&cat, &paris]), serde_json::json!([])),
+                line("d/w1", &[cat.clone()], &reply(&[&cat]), serde_json::json!([])),
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        // w0: one record kept, one dropped for pointing at a context message (not a parse
+        // failure, whatever its index says); w1: a reply that is not JSON at all.
+        let context = memory(1, "Ann said hello");
+        let dropped = serde_json::json!([{"index": null, "reason": "source_id 1 is a context-only message (1..=3)", "raw": ""}]);
+        let lines =
+            [line("d/w0", &[cat.clone()], &reply(&[&cat, &context]), dropped), line("d/w1", &[], "I cannot", serde_json::json!([]))];
+        std::fs::write(window_ledger(&student), lines.join("\n")).unwrap();
+
+        let spec = AgreementSpec { name: "s vs t".into(), reference: teacher.clone(), candidate: student.clone() };
+        let got = agreement_of(&spec).unwrap().agreement;
+        assert_eq!((got.windows, got.json_validity), (2, 0.5));
+        assert_eq!((got.reference_records, got.candidate_records, got.matched), (3, 1, 1));
+
+        // Extraction cost: each window gets half of its batch's 3 s.
+        let system: SystemSpec =
+            toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = {{ file = {:?} }}", student.display().to_string()))
+                .unwrap();
+        let mut metrics = SystemMetrics::new("x");
+        extraction_figures(&system, &mut metrics).unwrap();
+        assert_eq!(metrics.extra["extraction_s_per_window"], serde_json::json!(1.5));
+        assert_eq!(metrics.extra["windows_without_records"], serde_json::json!(1));
+
+        let missing = AgreementSpec { name: "none".into(), reference: teacher, candidate: dir.path().join("nothing.jsonl") };
+        assert!(agreement_of(&missing).is_err());
+    }
 }

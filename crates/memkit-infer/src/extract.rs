@@ -52,9 +52,14 @@ impl Extraction {
     /// Parses `raw` for `window` and keeps only records from the window's suffix.
     pub fn from_output(window: &Window, raw: String, usage: Usage) -> Self {
         let outcome = parse_extractor_output(&raw);
+        // The parsed records keep their order: the k-th one sits at the k-th position of the
+        // `memories` array that did not fail to parse.
+        let failed: std::collections::HashSet<usize> = outcome.errors.iter().filter_map(|e| e.index).collect();
+        let mut positions = (0..).filter(|i| !failed.contains(i));
         let mut errors = outcome.errors;
         let mut records = Vec::with_capacity(outcome.records.len());
         for record in outcome.records {
+            let index = positions.next();
             if window.in_suffix(record.source_id) {
                 records.push(record);
                 continue;
@@ -65,7 +70,7 @@ impl Extraction {
                 format!("source_id {} is past the window's {} messages", record.source_id, window.messages.len())
             };
             let raw = serde_json::to_string(&record).unwrap_or_default();
-            errors.push(RecordError { index: None, reason, raw });
+            errors.push(RecordError { index, reason, raw });
         }
         Self { window_id: window.id.clone(), records, errors, raw, usage }
     }
@@ -430,6 +435,14 @@ mod tests {
         assert!(extraction.errors[2].reason.contains("past the window"), "{:?}", extraction.errors);
         assert_eq!(extraction.raw, raw);
         assert_eq!(extraction.window_id, "d/w1");
+        // Each names its record's place in `memories` (None would mean the whole reply failed).
+        let places: Vec<Option<usize>> = extraction.errors.iter().map(|e| e.index).collect();
+        assert_eq!(places, [Some(0), Some(1), Some(4)]);
+        // A record that does not parse keeps its place, and the next ones keep theirs.
+        let broken = serde_json::json!({"memories": [{"source_id": 9, "content": 7}, memory(1), memory(3)]});
+        let extraction = Extraction::from_output(&window(2, 4), broken.to_string(), Usage::default());
+        let places: Vec<Option<usize>> = extraction.errors.iter().map(|e| e.index).collect();
+        assert_eq!(places, [Some(0), Some(1)], "{:?}", extraction.errors);
     }
 
     #[test]
