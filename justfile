@@ -15,6 +15,7 @@ _default:
 demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
     {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
+    rm -rf runs/demo/student  # a fresh 3-step run each time (the distilled windows above are kept)
     {{memkit}} train --recipe recipes/train/demo.toml
     {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
     {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --restart --limit 4 --max-tokens 256 --output runs/demo/student-records.jsonl

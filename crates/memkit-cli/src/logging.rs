@@ -7,11 +7,12 @@ use tracing_subscriber::EnvFilter;
 /// Installs the subscriber. `RUST_LOG` wins over `--quiet`/`--verbose`.
 pub fn init(quiet: bool, verbose: bool) {
     let default = match (quiet, verbose) {
-        (true, _) => "warn,llama_cpp_2=error",
+        (true, _) => "warn,llama-cpp-2=error",
         (_, true) => "debug",
         // llama.cpp reports every model load in ~150 lines (and warns about quirks of
-        // published GGUFs it fixes itself): errors only unless --verbose.
-        _ => "info,llama_cpp_2=error",
+        // published GGUFs it fixes itself): errors only unless --verbose. (llama-cpp-2 logs
+        // under the target `llama-cpp-2`.)
+        _ => "info,llama-cpp-2=error",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
