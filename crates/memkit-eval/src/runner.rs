@@ -453,9 +453,7 @@ fn run_locomo(
 /// from the window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
 fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Result<()> {
     let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".windows.jsonl");
-    let ledger = path.with_file_name(name);
+    let ledger = window_ledger(path);
     let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
     let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
