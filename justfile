@@ -40,9 +40,16 @@ eval recipe="recipes/eval/locomo-baselines.toml":
 test *args="":
     cargo test --workspace {{args}}
 
-# Micro-benchmarks (criterion): BM25, dimension scoring, fusion.
+# Engine benchmarks: criterion micro-benchmarks (BM25, dimension scoring, fusion, query
+# parsing at 10k records), then ingest throughput and query p50/p95 at 10k and 100k records.
 bench *args="":
-    cargo bench -p memkit-engine {{args}}
+    cargo bench -p memkit-engine --bench bench_main {{args}}
+    just bench-latency
+
+# Ingest throughput, query p50/p95 per route at 10k and 100k records, embedding throughput
+# (MiniLM too: the `dense` feature, needs `just models`). Sizes: just bench-latency 10000 1000000
+bench-latency *sizes="":
+    cargo bench -q -p memkit-engine --features dense --bench latency -- {{sizes}}
 
 # SFT tokens/s of burn next to PyTorch + transformers in the same run (SmolLM2-135M shape,
 # batch 4 × 256); the first run makes .venv-bench with torch and transformers from PyPI (~7 GB).

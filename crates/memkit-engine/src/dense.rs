@@ -8,7 +8,8 @@
 //! character trigrams. It needs no model and is deterministic, so tests and model-less runs
 //! still have a third route; it rewards shared words and word pieces, not meaning.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use memkit_schema::{MemoryRecord, ParsedQuery};
 
@@ -55,6 +56,58 @@ impl<E: Embedder + ?Sized> Embedder for Arc<E> {
     }
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         (**self).embed(texts)
+    }
+}
+
+/// An embedder that keeps every vector it computed, by text, in memory: a run that embeds the
+/// same records or questions again (an eval recipe with several dense systems) pays once.
+pub struct CachedEmbedder<E> {
+    inner: E,
+    cache: Mutex<HashMap<String, Vec<f32>>>,
+}
+
+impl<E: Embedder> CachedEmbedder<E> {
+    /// Wraps `inner` with an empty cache.
+    pub fn new(inner: E) -> Self {
+        CachedEmbedder { inner, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// Number of distinct texts embedded so far.
+    pub fn len(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
+    }
+
+    /// True before the first text is embedded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<E: Embedder> Embedder for CachedEmbedder<E> {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    /// Embeds only the texts not seen before (each once, in one call to the inner embedder).
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let poisoned = |_| Error::Embed("the embedding cache lock was poisoned by a panic".into());
+        let mut missing: Vec<&str> = {
+            let cache = self.cache.lock().map_err(poisoned)?;
+            texts.iter().copied().filter(|t| !cache.contains_key(*t)).collect()
+        };
+        missing.sort_unstable();
+        missing.dedup();
+        let fresh = if missing.is_empty() { Vec::new() } else { self.inner.embed(&missing)? };
+        let mut cache = self.cache.lock().map_err(poisoned)?;
+        for (text, v) in missing.iter().zip(fresh) {
+            cache.insert((*text).to_string(), v);
+        }
+        texts
+            .iter()
+            .map(|t| cache.get(*t).cloned().ok_or_else(|| Error::Embed(format!("{} returned too few vectors", self.inner.model_id()))))
+            .collect()
     }
 }
 
@@ -377,5 +430,31 @@ mod tests {
         let index = DenseIndex::from_vectors(boxed, vec![vec![0.0; 8], vec![1.0; 8]]).unwrap();
         assert_eq!(index.len(), 2);
         assert_eq!(index.vector(1).unwrap()[0], 1.0);
+    }
+
+    #[test]
+    fn cached_embedder_embeds_each_text_once_and_returns_the_same_vectors() {
+        struct Counting(HashingEmbedder, Mutex<usize>);
+        impl Embedder for Counting {
+            fn model_id(&self) -> &str {
+                self.0.model_id()
+            }
+            fn dim(&self) -> usize {
+                self.0.dim()
+            }
+            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+                *self.1.lock().unwrap() += texts.len();
+                self.0.embed(texts)
+            }
+        }
+        let plain = HashingEmbedder::default();
+        let cached = CachedEmbedder::new(Counting(HashingEmbedder::default(), Mutex::new(0)));
+        let first = cached.embed(&["a red fox", "a blue lake", "a red fox"]).unwrap();
+        assert_eq!(first, plain.embed(&["a red fox", "a blue lake", "a red fox"]).unwrap());
+        assert_eq!(*cached.inner.1.lock().unwrap(), 2, "the repeated text is embedded once");
+        let again = cached.embed(&["a blue lake", "snow"]).unwrap();
+        assert_eq!(again, plain.embed(&["a blue lake", "snow"]).unwrap());
+        assert_eq!(*cached.inner.1.lock().unwrap(), 3, "only the new text is embedded");
+        assert_eq!(cached.len(), 3);
     }
 }

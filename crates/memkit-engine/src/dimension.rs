@@ -16,7 +16,7 @@
 //! with only a time constraint is scored on time alone (plus the anchor), and a query with no
 //! field at all gives no hits. Terms are [`crate::text::terms`] (stop words out, light stemming).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use memkit_schema::{MemoryRecord, MemoryType, ParsedQuery, TimeConstraint, TimeSpan};
 use serde::{Deserialize, Serialize};
@@ -203,13 +203,7 @@ fn field_scores(q: &QueryFeatures, r: &RecordFeatures) -> FieldScores {
     FieldScores {
         memory_type: present(!q.types.is_empty(), &|| f32::from(u8::from(q.types.contains(&r.memory_type)))),
         time: q.time.map(|c| r.time.map_or(0.0, |t| f32::from(u8::from(c.matches(&t))))),
-        location: present(!q.location_terms.is_empty(), &|| {
-            if contains_phrase(&r.location_padded, &q.location_padded) || contains_phrase(&q.location_padded, &r.location_padded) {
-                1.0
-            } else {
-                share(&q.location_terms, &r.location_terms)
-            }
-        }),
+        location: present(!q.location_terms.is_empty(), &|| location_score(q, r)),
         keyword_phrase: present(!q.keyword_phrases.is_empty(), &|| {
             q.keyword_phrases.iter().filter(|p| r.keyword_phrases.contains(*p)).count() as f32 / q.keyword_phrases.len() as f32
         }),
@@ -218,24 +212,66 @@ fn field_scores(q: &QueryFeatures, r: &RecordFeatures) -> FieldScores {
     }
 }
 
+/// Location score: 1 on phrase containment either way, else the share of query terms present.
+fn location_score(q: &QueryFeatures, r: &RecordFeatures) -> f32 {
+    if contains_phrase(&r.location_padded, &q.location_padded) || contains_phrase(&q.location_padded, &r.location_padded) {
+        1.0
+    } else {
+        share(&q.location_terms, &r.location_terms)
+    }
+}
+
 /// Dimension match over a corpus of records.
+///
+/// Scoring is sparse: posting lists (type, location term, keyword phrase, keyword term,
+/// content term) and the list of timed records lead to the records a field can score, so a
+/// query touches only those instead of every record. Each field's contribution is added in the
+/// fixed field order of [`FieldScores::combine`], so the scores are bit-for-bit those of scoring
+/// every record with [`DimensionIndex::field_scores`] (a unit test checks it).
 #[derive(Debug, Clone, Default)]
 pub struct DimensionIndex {
     weights: DimensionWeights,
     records: Vec<RecordFeatures>,
+    by_type: HashMap<MemoryType, Vec<u32>>,
+    timed: Vec<(u32, TimeSpan)>,
+    location_terms: HashMap<String, Vec<u32>>,
+    keyword_phrases: HashMap<String, Vec<u32>>,
+    keyword_terms: HashMap<String, Vec<u32>>,
+    content_terms: HashMap<String, Vec<u32>>,
+}
+
+fn post<'a>(postings: &mut HashMap<String, Vec<u32>>, keys: impl IntoIterator<Item = &'a String>, doc: u32) {
+    for k in keys {
+        postings.entry(k.clone()).or_default().push(doc);
+    }
 }
 
 impl DimensionIndex {
-    /// Indexes records with the given weights (checked by [`DimensionWeights::validate`]).
+    /// Indexes the records' fields.
     pub fn new(records: &[MemoryRecord], weights: DimensionWeights) -> Result<Self> {
         weights.validate()?;
-        Ok(DimensionIndex { weights, records: records.iter().map(RecordFeatures::new).collect() })
+        let mut index = DimensionIndex { weights, ..Default::default() };
+        for r in records {
+            index.add(r);
+        }
+        Ok(index)
     }
 
-    /// Adds a record; returns its document number.
+    /// Adds one record; returns its doc number.
     pub fn add(&mut self, record: &MemoryRecord) -> usize {
-        self.records.push(RecordFeatures::new(record));
-        self.records.len() - 1
+        let doc = self.records.len();
+        let id = u32::try_from(doc).expect("fewer than 2^32 records");
+        let f = RecordFeatures::new(record);
+        self.by_type.entry(f.memory_type).or_default().push(id);
+        if let Some(t) = f.time {
+            self.timed.push((id, t));
+        }
+        post(&mut self.location_terms, &f.location_terms, id);
+        post(&mut self.keyword_phrases, &f.keyword_phrases, id);
+        post(&mut self.keyword_terms, &f.keyword_terms, id);
+        post(&mut self.content_terms, &f.content_terms, id);
+        self.records.push(f);
+        doc
     }
 
     /// Number of records.
@@ -243,7 +279,7 @@ impl DimensionIndex {
         self.records.len()
     }
 
-    /// True when no record is indexed.
+    /// True when there is no record.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -253,7 +289,7 @@ impl DimensionIndex {
         &self.weights
     }
 
-    /// Per-field scores of one record (`None` for an unknown doc).
+    /// Per-field scores of one record (for explaining a ranking); `None` past the end.
     pub fn field_scores(&self, query: &ParsedQuery, doc: usize) -> Option<FieldScores> {
         let r = self.records.get(doc)?;
         Some(field_scores(&QueryFeatures::new(query), r))
@@ -262,10 +298,69 @@ impl DimensionIndex {
     /// The combined score of every record, in doc order.
     pub fn scores(&self, query: &ParsedQuery) -> Vec<f32> {
         let q = QueryFeatures::new(query);
+        let n = self.records.len();
         if q.is_empty() {
-            return vec![0.0; self.records.len()];
+            return vec![0.0; n];
         }
-        self.records.iter().map(|r| field_scores(&q, r).combine(&self.weights)).collect()
+        let w = &self.weights;
+        // The fields the query has, in combine()'s order, and their weight sum.
+        let den: f32 = [
+            (!q.types.is_empty(), w.memory_type),
+            (q.time.is_some(), w.time),
+            (!q.location_terms.is_empty(), w.location),
+            (!q.keyword_phrases.is_empty(), w.keyword_phrase),
+            (!q.keyword_terms.is_empty(), w.keyword_token),
+            (!q.anchor_terms.is_empty(), w.anchor_token),
+        ]
+        .iter()
+        .filter(|(present, _)| *present)
+        .fold(0.0, |acc, (_, weight)| acc + weight);
+        if den <= 0.0 {
+            return vec![0.0; n];
+        }
+        let mut num = vec![0.0f32; n];
+        // A matching type or time scores 1, so it adds its weight.
+        let mut types = q.types.clone();
+        types.sort();
+        types.dedup();
+        for t in &types {
+            for &doc in self.by_type.get(t).into_iter().flatten() {
+                num[doc as usize] += w.memory_type;
+            }
+        }
+        if let Some(c) = q.time {
+            for (doc, span) in &self.timed {
+                if c.matches(span) {
+                    num[*doc as usize] += w.time;
+                }
+            }
+        }
+        if !q.location_terms.is_empty() {
+            let candidates: HashSet<u32> = q.location_terms.iter().filter_map(|t| self.location_terms.get(t)).flatten().copied().collect();
+            for doc in candidates {
+                num[doc as usize] += w.location * location_score(&q, &self.records[doc as usize]);
+            }
+        }
+        // Share fields: count, per record, the query items its postings hold, then add
+        // weight · count / items once per record (zeroing the count makes the second visit a no-op
+        // and leaves the scratch clean for the next field).
+        let mut counts = vec![0u32; n];
+        let mut add_share = |query_items: &[String], postings: &HashMap<String, Vec<u32>>, weight: f32| {
+            let lists: Vec<&Vec<u32>> = query_items.iter().filter_map(|k| postings.get(k)).collect();
+            for &doc in lists.iter().copied().flatten() {
+                counts[doc as usize] += 1;
+            }
+            for &doc in lists.iter().copied().flatten() {
+                let count = std::mem::take(&mut counts[doc as usize]);
+                if count > 0 {
+                    num[doc as usize] += weight * (count as f32 / query_items.len() as f32);
+                }
+            }
+        };
+        add_share(&q.keyword_phrases, &self.keyword_phrases, w.keyword_phrase);
+        add_share(&q.keyword_terms, &self.keyword_terms, w.keyword_token);
+        add_share(&q.anchor_terms, &self.content_terms, w.anchor_token);
+        num.into_iter().map(|x| x / den).collect()
     }
 }
 
@@ -407,6 +502,44 @@ mod tests {
         assert!(close(fs.combine(&DimensionWeights { time: 5.0, ..w }), 1.0));
         // No field at all: no hits.
         assert!(idx.search(&ParsedQuery::default(), 3).unwrap().is_empty());
+    }
+
+    /// The sparse scoring must equal scoring every record field by field, bit for bit.
+    #[test]
+    fn sparse_scores_equal_the_full_scan() {
+        let mut seed = 7u64;
+        let mut pick = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) % n as u64) as usize
+        };
+        let words = ["lake", "the", "race", "pottery", "class", "Boston", "blue", "of", "dog", "running", "paris", "ran"];
+        let times = ["", "2023-05-07", "2023-05", "2023", "2023-04-20/2023-05-02", "soon", "2022-12-31"];
+        let phrase = |pick: &mut dyn FnMut(usize) -> usize, max: usize| {
+            (0..pick(max)).map(|_| words[pick(words.len())]).collect::<Vec<_>>().join(" ")
+        };
+        let records: Vec<MemoryRecord> = (0..300)
+            .map(|_| {
+                let keywords: Vec<String> = (0..pick(4)).map(|_| phrase(&mut pick, 3)).collect();
+                let k: Vec<&str> = keywords.iter().map(String::as_str).collect();
+                rec(MemoryType::ALL[pick(3)], &phrase(&mut pick, 8), times[pick(times.len())], &phrase(&mut pick, 3), &k)
+            })
+            .collect();
+        let w = DimensionWeights { location: 0.37, ..Default::default() };
+        let idx = DimensionIndex::new(&records, w).unwrap();
+        let constraints = ["on 2023-05", "before 2023-05-01", "after 2023", "around 2023-05-04", "between 2023-01 and 2023-04"];
+        for _ in 0..200 {
+            let q = ParsedQuery {
+                query_anchor: phrase(&mut pick, 6),
+                keywords: (0..pick(3)).map(|_| phrase(&mut pick, 2)).collect(),
+                target_memory_type: (0..pick(3)).map(|_| MemoryType::ALL[pick(3)]).collect(),
+                time: (pick(2) == 0).then(|| constraints[pick(constraints.len())].parse().unwrap()),
+                location: phrase(&mut pick, 2),
+                ..Default::default()
+            };
+            let full: Vec<u32> = (0..records.len()).map(|d| idx.field_scores(&q, d).unwrap().combine(&w).to_bits()).collect();
+            let sparse: Vec<u32> = idx.scores(&q).iter().map(|s| s.to_bits()).collect();
+            assert_eq!(sparse, full, "query {q:?}");
+        }
     }
 
     #[test]

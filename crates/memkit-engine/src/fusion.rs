@@ -239,9 +239,14 @@ fn dedup(hits: Vec<Hit>, dedup_keys: &[String], cap: usize) -> Vec<Hit> {
 }
 
 /// Settings of [`TriPath`], as they appear in a recipe.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TriPathConfig {
+    /// The routes to run, in fusion order (dedup-concat takes them in this order). Default
+    /// `["bm25", "dimension"]`, the routes that need no model; DimMem's tri-path is
+    /// `["bm25", "dense", "dimension"]`, which needs a dense index ([`TriPath::with_dense`]).
+    /// Fewer routes give the ablations (a route alone, pairs).
+    pub routes: Vec<Route>,
     /// BM25 parameters.
     pub bm25: Bm25Params,
     /// Dimension-match weights.
@@ -250,8 +255,38 @@ pub struct TriPathConfig {
     pub fusion: Fusion,
 }
 
+impl Default for TriPathConfig {
+    fn default() -> Self {
+        TriPathConfig {
+            routes: vec![Route::Bm25, Route::Dimension],
+            bm25: Bm25Params::default(),
+            dimension: DimensionWeights::default(),
+            fusion: Fusion::default(),
+        }
+    }
+}
+
+impl TriPathConfig {
+    /// Checks the routes (at least one, none twice) and the fusion settings.
+    pub fn validate(&self) -> Result<()> {
+        if self.routes.is_empty() {
+            return Err(Error::Config("routes: name at least one of \"bm25\", \"dense\", \"dimension\"".into()));
+        }
+        if let Some(r) = self.routes.iter().enumerate().find_map(|(i, r)| self.routes[..i].contains(r).then_some(r)) {
+            return Err(Error::Config(format!("routes: {r:?} is listed twice")));
+        }
+        self.fusion.validate()
+    }
+
+    /// True when the dense route is on (it needs an embedder).
+    pub fn uses_dense(&self) -> bool {
+        self.routes.contains(&Route::Dense)
+    }
+}
+
 /// DimMem's tri-path retrieval over one corpus: BM25, optional dense, dimension match, fused.
 pub struct TriPath {
+    routes: Vec<Route>,
     bm25: Bm25Index,
     dense: Option<DenseIndex<Box<dyn Embedder>>>,
     dimension: DimensionIndex,
@@ -261,19 +296,26 @@ pub struct TriPath {
 
 impl std::fmt::Debug for TriPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TriPath").field("len", &self.len()).field("dense", &self.dense).field("fusion", &self.fusion).finish()
+        f.debug_struct("TriPath")
+            .field("len", &self.len())
+            .field("routes", &self.routes)
+            .field("dense", &self.dense)
+            .field("fusion", &self.fusion)
+            .finish()
     }
 }
 
 impl TriPath {
-    /// BM25 and dimension routes over the records (no dense route yet).
+    /// Indexes the records for the BM25 and dimension routes; a configuration with the dense
+    /// route needs [`TriPath::with_dense`] before it can search.
     pub fn new(records: &[MemoryRecord], config: TriPathConfig) -> Result<Self> {
-        config.fusion.validate()?;
+        config.validate()?;
         let mut bm25 = Bm25Index::new(config.bm25);
         for r in records {
             bm25.add_record(r);
         }
         Ok(TriPath {
+            routes: config.routes,
             bm25,
             dense: None,
             dimension: DimensionIndex::new(records, config.dimension)?,
@@ -282,8 +324,12 @@ impl TriPath {
         })
     }
 
-    /// Adds the dense route; it must hold one vector per record, in the same order.
+    /// Adds the dense index; it must hold one vector per record, in the same order, and the
+    /// configuration must name the dense route.
     pub fn with_dense(mut self, dense: DenseIndex<Box<dyn Embedder>>) -> Result<Self> {
+        if !self.routes.contains(&Route::Dense) {
+            return Err(Error::Config(format!("a dense index was given but the routes {:?} do not name \"dense\"", self.routes)));
+        }
         if dense.len() != self.len() {
             return Err(Error::Config(format!(
                 "dense index of {} ({} vectors) does not match the {} records",
@@ -321,16 +367,32 @@ impl TriPath {
         &self.fusion
     }
 
-    /// Each route's top hits (`per_route_k` of the fusion), in route order; no dense list when
-    /// the dense route is off.
+    /// The routes in use, in fusion order.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Each route's top hits (`per_route_k` of the fusion), in route order.
     pub fn route_hits(&self, query: &ParsedQuery) -> Result<Vec<RouteHits>> {
         let k = self.fusion.per_route_k();
-        let mut routes = vec![RouteHits { route: Route::Bm25, hits: self.bm25.search(query, k)? }];
-        if let Some(dense) = &self.dense {
-            routes.push(RouteHits { route: Route::Dense, hits: dense.search(query, k)? });
-        }
-        routes.push(RouteHits { route: Route::Dimension, hits: self.dimension.search(query, k)? });
-        Ok(routes)
+        self.routes
+            .iter()
+            .map(|&route| {
+                let hits = match route {
+                    Route::Bm25 => self.bm25.search(query, k)?,
+                    Route::Dimension => self.dimension.search(query, k)?,
+                    Route::Dense => match &self.dense {
+                        Some(dense) => dense.search(query, k)?,
+                        None => {
+                            return Err(Error::Config(
+                                "the routes name \"dense\" but no dense index was added (TriPath::with_dense)".into(),
+                            ));
+                        }
+                    },
+                };
+                Ok(RouteHits { route, hits })
+            })
+            .collect()
     }
 }
 
@@ -428,6 +490,13 @@ mod tests {
         assert!(Fusion::DedupConcat { per_route_k: 0, cap: 3 }.validate().is_err());
         let c: TriPathConfig = serde_json::from_str(r#"{"fusion": {"kind": "rrf", "k": 10}}"#).unwrap();
         assert_eq!(c.fusion, Fusion::Rrf { k: 10.0, per_route_k: 15, cap: 45 });
+        assert_eq!(c.routes, [Route::Bm25, Route::Dimension]);
+        let c: TriPathConfig = serde_json::from_str(r#"{"routes": ["dense"]}"#).unwrap();
+        assert!(c.uses_dense() && c.validate().is_ok());
+        assert!(serde_json::from_str::<TriPathConfig>(r#"{"routes": ["bm25", "sparse"]}"#).is_err());
+        let twice: TriPathConfig = serde_json::from_str(r#"{"routes": ["bm25", "bm25"]}"#).unwrap();
+        assert!(twice.validate().is_err());
+        assert!(TriPathConfig { routes: vec![], ..Default::default() }.validate().is_err());
     }
 
     fn rec(t: MemoryType, content: &str, time: &str, keywords: &[&str]) -> MemoryRecord {
@@ -461,10 +530,15 @@ mod tests {
         // The dimension route adds the other May episode; its duplicate (doc 3) is dropped.
         assert_eq!(docs(&out), [2, 0]);
 
-        let dense: Box<dyn Embedder> = Box::new(HashingEmbedder::default());
-        assert!(TriPath::new(&records, TriPathConfig::default()).unwrap().with_dense(DenseIndex::new(dense)).is_err());
-        let dense = DenseIndex::build(Box::new(HashingEmbedder::default()) as Box<dyn Embedder>, &records, 2).unwrap();
-        tri = tri.with_dense(dense).unwrap();
+        let all = TriPathConfig { routes: vec![Route::Bm25, Route::Dense, Route::Dimension], ..Default::default() };
+        let dense = || DenseIndex::build(Box::new(HashingEmbedder::default()) as Box<dyn Embedder>, &records, 2).unwrap();
+        // A dense index needs the dense route, a dense route needs the index, and it must cover every record.
+        assert!(TriPath::new(&records, TriPathConfig::default()).unwrap().with_dense(dense()).is_err());
+        let missing = TriPath::new(&records, all.clone()).unwrap();
+        assert!(matches!(missing.search(&q, 10), Err(Error::Config(_))));
+        let empty: Box<dyn Embedder> = Box::new(HashingEmbedder::default());
+        assert!(TriPath::new(&records, all.clone()).unwrap().with_dense(DenseIndex::new(empty)).is_err());
+        tri = TriPath::new(&records, all).unwrap().with_dense(dense()).unwrap();
         let routes = tri.route_hits(&q).unwrap();
         assert_eq!(routes.iter().map(|r| r.route).collect::<Vec<_>>(), [Route::Bm25, Route::Dense, Route::Dimension]);
         let out = tri.search(&q, 10).unwrap();

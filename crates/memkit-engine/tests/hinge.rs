@@ -1,8 +1,9 @@
 //! HingeMem: segmentation, hyperedges, query-adaptive retrieval, on a three-session fixture and
 //! on a real LoCoMo conversation.
 
+mod common;
+
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 use chrono::{Duration, NaiveDate, NaiveDateTime};
 use memkit_engine::Retriever;
@@ -240,50 +241,9 @@ fn hyperedges_and_salience_persist_in_the_store() {
     assert_eq!(reloaded.search(&q, 5).unwrap(), index.search(&q, 5).unwrap());
 }
 
-/// The shared benchmark data (`MEMKIT_SHARED_DATA` or `<workspace>/../shared/data`).
-fn shared(relative: &str) -> PathBuf {
-    let dir = match std::env::var_os("MEMKIT_SHARED_DATA") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    };
-    let path = dir.join(relative);
-    assert!(path.exists(), "{} not found: check out shared/ beside the repository or set MEMKIT_SHARED_DATA", path.display());
-    path
-}
-
-/// LoCoMo conversation `index` read with plain serde_json: sessions in order, turns 30 s apart
-/// from the session start, photo captions kept.
-fn locomo_dialogue(index: usize) -> Dialogue {
-    let text = std::fs::read_to_string(shared("locomo/locomo10.json")).unwrap();
-    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let sample = &all[index];
-    let conv = &sample["conversation"];
-    let mut sessions = Vec::new();
-    for n in 1.. {
-        let Some(turns) = conv.get(format!("session_{n}")).and_then(|v| v.as_array()) else { break };
-        let date_text = conv[format!("session_{n}_date_time")].as_str().unwrap();
-        let date = NaiveDateTime::parse_from_str(date_text, "%I:%M %p on %d %B, %Y").unwrap();
-        let turns = turns
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Turn {
-                id: t["dia_id"].as_str().unwrap().into(),
-                speaker: t["speaker"].as_str().unwrap().into(),
-                role: Role::User,
-                text: t["text"].as_str().unwrap().into(),
-                caption: t.get("blip_caption").and_then(|c| c.as_str()).map(String::from),
-                timestamp: Some(date + Duration::seconds(30 * i as i64)),
-                has_answer: false,
-            })
-            .collect();
-        sessions.push(Session { id: format!("session_{n}"), date: Some(date), turns });
-    }
-    Dialogue { id: sample["sample_id"].as_str().unwrap().into(), sessions }
-}
-
 #[test]
 fn a_locomo_conversation_segments_sanely() {
-    let d = locomo_dialogue(0);
+    let d = common::locomo().swap_remove(0).dialogue;
     assert_eq!(d.sessions.len(), 19);
     let segments = RuleSegmenter::default().segment(&d).unwrap();
     assert_partition(&d, &segments);

@@ -2,7 +2,7 @@
 //! a few written to cover each time expression, each with the fields a reader expects.
 //! The last test runs the assistant-context cues over LongMemEval's 500 oracle questions.
 
-use std::path::PathBuf;
+mod common;
 
 use chrono::{NaiveDate, NaiveDateTime};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
@@ -134,28 +134,18 @@ fn anchor_and_keywords_read_naturally() {
     assert_eq!(RuleQueryParser::new().parse("", None).unwrap().keywords, Vec::<String>::new());
 }
 
-fn shared_data() -> PathBuf {
-    std::env::var_os("MEMKIT_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"))
-}
-
 /// LongMemEval's single-session-assistant questions (56 of 500) are the ones whose answer is
 /// something the assistant said; DimMem triggers assistant recall on 12.2% of queries. Measured
 /// with these cues when they were written: 55/56 of those flagged, 1/444 of the others (an 11.2%
 /// trigger rate). The thresholds leave room for cue changes, not for a broken matcher.
 #[test]
 fn assistant_cues_find_longmemeval_assistant_questions() {
-    let path = shared_data().join("longmemeval/longmemeval_oracle.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (set MEMKIT_SHARED_DATA to the shared data folder)", path.display()));
-    let items: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let items = common::longmemeval_oracle();
     let parser = RuleQueryParser::new();
     let (mut tp, mut pos, mut fp, mut neg) = (0, 0, 0, 0);
     for item in &items {
-        let question = item["question"].as_str().unwrap();
-        let flagged = parser.parse(question, None).unwrap().need_assistant_context;
-        if item["question_type"] == "single-session-assistant" {
+        let flagged = parser.parse(&item.question.question, None).unwrap().need_assistant_context;
+        if item.question.question_type.as_deref() == Some("single-session-assistant") {
             pos += 1;
             tp += usize::from(flagged);
         } else {

@@ -1,7 +1,7 @@
 //! Adaptive stopping: properties over random score lists, and the query-type classifier on the
 //! LoCoMo questions.
 
-use std::path::PathBuf;
+mod common;
 
 use memkit_engine::Hit;
 use memkit_engine::stopping::{QueryType, StopConfig, adaptive_stop, classify_query, cut_len};
@@ -68,26 +68,14 @@ fn a_fused_rrf_list_is_cut_like_any_other() {
     assert_eq!(adaptive_stop(&hits, QueryType::Precision, &StopConfig::default()).len(), 2);
 }
 
-fn shared(relative: &str) -> PathBuf {
-    let dir = match std::env::var_os("MEMKIT_SHARED_DATA") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    };
-    let path = dir.join(relative);
-    assert!(path.exists(), "{} not found: check out shared/ beside the repository or set MEMKIT_SHARED_DATA", path.display());
-    path
-}
-
 #[test]
 fn locomo_question_types_classify_plausibly() {
-    let text = std::fs::read_to_string(shared("locomo/locomo10.json")).unwrap();
-    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
     // counts[category][type]
     let mut counts = [[0usize; 3]; 6];
-    for sample in all.as_array().unwrap() {
-        for qa in sample["qa"].as_array().unwrap() {
-            let category = qa["category"].as_u64().unwrap() as usize;
-            let t = match classify_query(qa["question"].as_str().unwrap()) {
+    for sample in common::locomo() {
+        for qa in &sample.questions {
+            let category = usize::from(qa.category.unwrap());
+            let t = match classify_query(&qa.question) {
                 QueryType::Recall => 0,
                 QueryType::Precision => 1,
                 QueryType::Judgment => 2,

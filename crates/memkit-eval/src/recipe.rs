@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use memkit_engine::fusion::TriPathConfig;
 use memkit_engine::hinge::{HingeConfig, SegmenterConfig};
+use memkit_engine::rule_extractor::RuleExtractorConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -145,22 +146,24 @@ pub enum SystemSpec {
         /// Report name.
         name: String,
     },
-    /// The memory engine: records from `records`, rule query parser, BM25 + dimension routes
-    /// (+ dense when `dense` is set and an embedder is available), fused as `retrieval` says.
+    /// The memory engine: records from `records`, rule query parser, the routes and fusion that
+    /// `retrieval` names (BM25 + dimension by default; `routes = ["bm25", "dense", "dimension"]`
+    /// is DimMem's tri-path and needs the embedder).
     Engine {
         /// Report name.
         name: String,
         /// Where the records come from.
         records: RecordSource,
-        /// BM25 parameters, dimension weights and fusion (`[systems.retrieval]`).
+        /// Routes, BM25 parameters, dimension weights and fusion (`[systems.retrieval]`).
         #[serde(default)]
         retrieval: TriPathConfig,
         /// Apply HingeMem's adaptive stop to the fused list (recall at the tokens actually used).
         #[serde(default)]
         adaptive_stop: bool,
-        /// Add the dense route (needs the embedder: `just models`).
+        /// Settings of the rule extractor when `records = "rule"` (`[systems.rule_extractor]`:
+        /// `per_sentence`, `max_keywords`, `style`).
         #[serde(default)]
-        dense: bool,
+        rule_extractor: RuleExtractorConfig,
     },
     /// HingeMem: boundary-guided hyperedges over the turns, salience rerank, adaptive stop.
     Hinge {
@@ -176,6 +179,11 @@ pub enum SystemSpec {
 }
 
 impl SystemSpec {
+    /// True when the system runs the dense route (it needs the embedder).
+    pub fn uses_dense(&self) -> bool {
+        matches!(self, SystemSpec::Engine { retrieval, .. } if retrieval.uses_dense())
+    }
+
     /// The report name.
     pub fn name(&self) -> &str {
         match self {
@@ -213,6 +221,9 @@ impl EvalRecipe {
                 matches!(s, SystemSpec::Bm25Observations { .. } | SystemSpec::Engine { records: RecordSource::Observations, .. });
             if uses_observations && !matches!(self.dataset, DatasetSpec::Locomo { .. }) {
                 return Err(format!("system {:?} uses LoCoMo observations, but the dataset is not LoCoMo", s.name()));
+            }
+            if let SystemSpec::Engine { retrieval, .. } = s {
+                retrieval.validate().map_err(|e| format!("system {:?}: {e}", s.name()))?;
             }
         }
         Ok(())

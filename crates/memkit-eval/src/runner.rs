@@ -27,11 +27,11 @@ use std::time::Instant;
 use chrono::NaiveDateTime;
 use memkit_data::{LocomoSample, LongMemEvalItem, Question};
 use memkit_engine::bm25::Bm25Index;
-use memkit_engine::dense::{DenseIndex, Embedder};
+use memkit_engine::dense::{CachedEmbedder, DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeConfig, HingeIndex, RuleSegmenter};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
-use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
+use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::{Hit, Retriever};
 use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer};
@@ -62,7 +62,7 @@ pub struct RunOptions {
     pub data_dir: PathBuf,
     /// The command line that produced the report, written into it.
     pub command: String,
-    /// Sentence embedder for systems with `dense = true`.
+    /// Sentence embedder for systems whose routes include `dense`.
     pub embedder: Option<Arc<dyn Embedder>>,
 }
 
@@ -160,7 +160,12 @@ fn observation_records(sample: &LocomoSample) -> Vec<MemoryRecord> {
         .collect()
 }
 
-fn records_for(source: &RecordSource, dialogue: &Dialogue, sample: Option<&LocomoSample>) -> Result<Vec<MemoryRecord>> {
+fn records_for(
+    source: &RecordSource,
+    rule: RuleExtractorConfig,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+) -> Result<Vec<MemoryRecord>> {
     Ok(match source {
         RecordSource::File(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
@@ -176,7 +181,7 @@ fn records_for(source: &RecordSource, dialogue: &Dialogue, sample: Option<&Locom
             records
         }
         RecordSource::RawTurns => raw_turn_records(dialogue),
-        RecordSource::Rule => RuleExtractor::default().extract(dialogue),
+        RecordSource::Rule => RuleExtractor::new(rule).extract(dialogue),
         RecordSource::Observations => {
             observation_records(sample.ok_or_else(|| Error::Dataset("observations exist only for LoCoMo".into()))?)
         }
@@ -207,17 +212,17 @@ fn prepare(
         }
         SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
             let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
-            let records = records_for(&source, dialogue, sample)?;
+            let records = records_for(&source, RuleExtractorConfig::default(), dialogue, sample)?;
             let index = Bm25Index::from_records(&records);
             Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index) }
         }
-        SystemSpec::Engine { records, retrieval, adaptive_stop, dense, .. } => {
-            let records = records_for(records, dialogue, sample)?;
+        SystemSpec::Engine { records, retrieval, adaptive_stop, rule_extractor, .. } => {
+            let records = records_for(records, *rule_extractor, dialogue, sample)?;
             let mut tri = TriPath::new(&records, retrieval.clone())?;
-            if *dense {
+            if retrieval.uses_dense() {
                 let embedder = embedder.ok_or_else(|| {
                     Error::Dataset(format!(
-                        "system {:?} sets dense = true, but no embedder is installed (run `just models`)",
+                        "system {:?} has the dense route, but no embedder is installed (run `just models`)",
                         system.name()
                     ))
                 })?;
@@ -354,6 +359,13 @@ impl Tally {
 
 /// Runs every system of the recipe and returns the report (not yet written).
 pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -> Result<Report> {
+    // Dense systems over the same records and questions share their vectors.
+    let cached = RunOptions {
+        data_dir: options.data_dir.clone(),
+        command: options.command.clone(),
+        embedder: options.embedder.clone().map(|e| Arc::new(CachedEmbedder::new(e)) as Arc<dyn Embedder>),
+    };
+    let options = &cached;
     let counter = TokenCounter::o200k()?;
     let path = recipe.dataset.resolve(&options.data_dir);
     let mut notes = vec![

@@ -225,3 +225,81 @@ fn closed_port_fails_clearly_after_the_retry_budget() {
     assert!(message.contains(&format!("127.0.0.1:{port}")) && message.contains("3 attempt"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
+
+/// POSTs a raw JSON body; the status and the JSON answer (errors are answers too).
+fn post(addr: SocketAddr, body: &str) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut response = agent
+        .post(&format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap_or_else(|e| panic!("POST to {addr}: {e}"));
+    let status = response.status().as_u16();
+    (status, response.body_mut().read_json().unwrap_or(serde_json::Value::Null))
+}
+
+fn chat_body(content: &str, max_tokens: usize) -> String {
+    serde_json::json!({"model": MODEL_ID, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}).to_string()
+}
+
+/// Polls until `ready` holds (a minute at most).
+fn wait_for(what: &str, ready: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Each limit gives its own status and names itself; a request over the concurrency limit is
+/// refused while another is generating; shutting down lets the request in flight finish.
+#[test]
+fn limits_hold_and_shutdown_finishes_the_request_in_flight() {
+    use memkit_infer::serve::Limits;
+    let Some(path) = smollm2() else { return };
+    let limits = Limits { max_tokens: 256, max_prompt_tokens: 80, max_concurrent: 1, max_body_bytes: 4096 };
+    let server = Server::bind_with_limits(SocketAddr::from(([127, 0, 0, 1], 0)), engine(&path), MODEL_ID, limits).unwrap();
+    let (addr, handle) = (server.local_addr(), server.handle());
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let running = std::thread::spawn(move || {
+        server.run_until(async move {
+            let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+        })
+    });
+
+    let (status, body) = post(addr, &chat_body("hi", 257));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("limit of 256"), "{body}");
+    let (status, body) = post(addr, &chat_body(&"word ".repeat(200), 8));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("limit of 80"), "{body}");
+    let (status, body) = post(addr, &chat_body(&"x".repeat(5000), 8));
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(handle.in_flight(), 0);
+
+    // A long greedy answer (counting) keeps the model busy for seconds; a second request then
+    // finds the one place taken.
+    let count = chat_body("Count from 1 to 300, separated by commas.", 256);
+    let first = {
+        let count = count.clone();
+        std::thread::spawn(move || post(addr, &count))
+    };
+    wait_for("the first request to be admitted", || handle.in_flight() == 1);
+    let (status, body) = post(addr, &chat_body("hi", 8));
+    assert_eq!(status, 429, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("busy"), "{body}");
+    let (status, body) = first.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    // Shutdown while a request is generating: it is answered, then the server returns.
+    let served = handle.served();
+    let last = std::thread::spawn(move || post(addr, &count));
+    wait_for("the last request to be admitted", || handle.in_flight() == 1);
+    stop.send(()).unwrap();
+    let (status, body) = last.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(!body["choices"][0]["message"]["content"].as_str().unwrap().is_empty(), "{body}");
+    running.join().unwrap().unwrap();
+    assert_eq!(handle.served(), served + 1);
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the server still accepts connections after shutdown");
+}

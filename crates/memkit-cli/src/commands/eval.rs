@@ -22,7 +22,7 @@ pub struct Args {
     /// Where report folders are written.
     #[arg(long, default_value = "reports")]
     reports_dir: PathBuf,
-    /// all-MiniLM-L6-v2 directory for systems with `dense = true` (default: the installed one,
+    /// all-MiniLM-L6-v2 directory for systems with the dense route (default: the installed one,
     /// see `memkit models fetch all-minilm-l6-v2`).
     #[arg(long)]
     embedder_dir: Option<PathBuf>,
@@ -31,7 +31,7 @@ pub struct Args {
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let recipe = EvalRecipe::from_file(&args.recipe)?;
     let command = format!("memkit eval --recipe {}", args.recipe.display());
-    let needs_dense = recipe.systems.iter().any(|s| matches!(s, memkit_eval::recipe::SystemSpec::Engine { dense: true, .. }));
+    let needs_dense = recipe.systems.iter().any(|s| s.uses_dense());
     let embedder = if needs_dense {
         let e = super::load_embedder(args.embedder_dir.as_deref())?
             .context("the recipe has a dense system but the embedder is not installed: run `memkit models fetch all-minilm-l6-v2`")?;

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use memkit_infer::generate::{EngineOptions, LlamaEngine};
 use memkit_infer::models;
+use memkit_infer::serve::{Limits, Server};
 
 /// Serve a GGUF model over an OpenAI-compatible API: POST /v1/chat/completions (chat template
 /// from the GGUF; max_tokens, temperature, top_p, seed, stop, response_format json_schema for
-/// constrained JSON), GET /v1/models and GET /health. Requests take turns on the model.
+/// constrained JSON), GET /v1/models and GET /health. Requests take turns on the model; a
+/// request over a limit gets a 400/413/429 naming it. Ctrl-C or SIGTERM stops accepting
+/// connections and exits once the requests in flight are answered.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A GGUF file, or the name of an installed model (see `memkit models list`).
@@ -27,6 +30,18 @@ pub struct Args {
     /// KV-cache size in tokens: the longest prompt plus max_tokens.
     #[arg(long, default_value_t = 4096)]
     ctx: u32,
+    /// Largest max_tokens a request may ask for.
+    #[arg(long, default_value_t = Limits::default().max_tokens)]
+    max_tokens: usize,
+    /// Longest prompt in tokens (after the chat template).
+    #[arg(long, default_value_t = Limits::default().max_prompt_tokens)]
+    max_prompt_tokens: usize,
+    /// Requests in the server at once, generating or queued for the model; more get 429.
+    #[arg(long, default_value_t = Limits::default().max_concurrent)]
+    max_concurrent: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = Limits::default().max_body_bytes)]
+    max_body_bytes: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -51,7 +66,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         args.model.clone()
     };
-    let server = memkit_infer::serve::Server::bind(SocketAddr::new(args.host, args.port), engine, model_id.as_str())?;
+    let limits = Limits {
+        max_tokens: args.max_tokens,
+        max_prompt_tokens: args.max_prompt_tokens,
+        max_concurrent: args.max_concurrent,
+        max_body_bytes: args.max_body_bytes,
+    };
+    let server = Server::bind_with_limits(SocketAddr::new(args.host, args.port), engine, model_id.as_str(), limits)?;
     tracing::info!(model = %model_id, url = %format!("http://{}/v1", server.local_addr()), "ready");
     server.run()?;
     Ok(())
