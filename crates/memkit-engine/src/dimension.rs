@@ -335,16 +335,31 @@ impl DimensionIndex {
                 }
             }
         }
-        if !q.location_terms.is_empty() {
-            let candidates: HashSet<u32> = q.location_terms.iter().filter_map(|t| self.location_terms.get(t)).flatten().copied().collect();
-            for doc in candidates {
-                num[doc as usize] += w.location * location_score(&q, &self.records[doc as usize]);
-            }
-        }
         // Share fields: count, per record, the query items its postings hold, then add
         // weight · count / items once per record (zeroing the count makes the second visit a no-op
         // and leaves the scratch clean for the next field).
         let mut counts = vec![0u32; n];
+        if !q.location_terms.is_empty() {
+            // Phrase containment either way scores 1. The query phrase inside the record's means
+            // every query term is there, so the share is already 1; the record's phrase inside
+            // the query's needs all the record's terms in the query, so only then is the
+            // substring test run (a common term such as "new" would otherwise send thousands of
+            // records through it).
+            let lists: Vec<&Vec<u32>> = q.location_terms.iter().filter_map(|t| self.location_terms.get(t)).collect();
+            for &doc in lists.iter().copied().flatten() {
+                counts[doc as usize] += 1;
+            }
+            for &doc in lists.iter().copied().flatten() {
+                let count = std::mem::take(&mut counts[doc as usize]);
+                if count == 0 {
+                    continue;
+                }
+                let r = &self.records[doc as usize];
+                let inside_query = count as usize == r.location_terms.len() && contains_phrase(&q.location_padded, &r.location_padded);
+                let score = if inside_query { 1.0 } else { count as f32 / q.location_terms.len() as f32 };
+                num[doc as usize] += w.location * score;
+            }
+        }
         let mut add_share = |query_items: &[String], postings: &HashMap<String, Vec<u32>>, weight: f32| {
             let lists: Vec<&Vec<u32>> = query_items.iter().filter_map(|k| postings.get(k)).collect();
             for &doc in lists.iter().copied().flatten() {
