@@ -1,9 +1,12 @@
-//! The SQLite store: round trips, persistence, schema-version refusal, atomic writes.
+//! The SQLite store: round trips, persistence (reopen and retrieve), schema-version refusal,
+//! atomic writes.
 
 use chrono::NaiveDate;
-use memkit_engine::Error;
+use memkit_engine::fusion::{TriPath, TriPathConfig};
 use memkit_engine::hinge::NodeKind;
+use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::store::{ChangeSet, IngestBatch, MemoryStore, SqliteStore, StoredNode, StoredWindow};
+use memkit_engine::{Error, Retriever};
 use memkit_schema::{Dialogue, Dimensions, Hyperedge, MemoryRecord, MemoryType, Pointer, Role, Session, Turn};
 
 fn record(id: &str, content: &str, turns: &[&str]) -> MemoryRecord {
@@ -147,6 +150,16 @@ fn reopening_a_file_keeps_everything_and_uses_wal() {
     assert_eq!(mode, "wal");
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, memkit_engine::store::SCHEMA_VERSION);
+
+    // Retrieval over what the reopened file holds: the record about thanking ranks first for
+    // a question about it, and its pointer leads back to the stored source turn.
+    let records = store.list_records().unwrap();
+    let tri = TriPath::new(&records, TriPathConfig::default()).unwrap();
+    let query = RuleQueryParser::new().parse("Who did Ann thank?", None).unwrap();
+    let hits = tri.search(&query, 5).unwrap();
+    let best = &records[hits[0].doc];
+    assert_eq!(best.id, "r2", "{hits:?}");
+    assert_eq!(store.get_turn(&best.pointer.turn_ids[0]).unwrap().unwrap().text, "Thanks!");
 }
 
 #[test]
