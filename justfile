@@ -12,6 +12,7 @@ _default:
 # The whole pipeline on the embedded default, in minutes: models → distill (SmolLM2 teacher, 6
 # windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
 # student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
+[doc('The whole pipeline on the embedded default in minutes (outputs in runs/demo/, report in reports/demo/)')]
 demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
     {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
@@ -23,12 +24,14 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
 
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
 # `just distill recipes/distill/lme-filler.toml --limit 20`.
+[doc('Label dialogue windows with the local teacher; resumable (re-run to continue)')]
 distill recipe="recipes/distill/lme-filler.toml" *args="":
     {{memkit}} distill --recipe {{recipe}} {{args}}
 
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs
 # checkpoint every step: continue a stopped run with `just train <recipe> --resume`, or train in
 # slices with `--stop-after N`.
+[doc('Fine-tune the compact extractor; checkpoints every step (--resume, --stop-after N)')]
 train recipe="recipes/train/smollm2-135m.toml" *args="":
     {{memkit}} train --recipe {{recipe}} {{args}}
 
@@ -40,25 +43,29 @@ eval recipe="recipes/eval/locomo-baselines.toml":
 test *args="":
     cargo test --workspace {{args}}
 
-# Engine benchmarks: criterion micro-benchmarks (BM25, dimension scoring, fusion, query
-# parsing at 10k records), then ingest throughput and query p50/p95 at 10k and 100k records.
+# Criterion micro-benchmarks (BM25, dimension scoring, fusion, query parsing at 10k records),
+# then `just bench-latency`.
+[doc('Engine benchmarks: criterion micro-benchmarks, then ingest and query p50/p95 at 10k and 100k records')]
 bench *args="":
     cargo bench -p memkit-engine --bench bench_main {{args}}
     just bench-latency
 
-# Ingest throughput, query p50/p95 per route at 10k and 100k records, embedding throughput
-# (MiniLM too: the `dense` feature, needs `just models`). Sizes: just bench-latency 10000 1000000
+# MiniLM throughput needs the `dense` feature and `just models`; other sizes:
+# `just bench-latency 10000 1000000`.
+[doc('Engine ingest rec/s, per-route query p50/p95 at 10k and 100k records, embedding texts/s')]
 bench-latency *sizes="":
     cargo bench -q -p memkit-engine --features dense --bench latency -- {{sizes}}
 
 # SFT tokens/s of burn next to PyTorch + transformers in the same run (SmolLM2-135M shape,
 # batch 4 × 256); the first run makes .venv-bench with torch and transformers from PyPI (~7 GB).
+[doc('SFT tokens/s: burn next to PyTorch + transformers in the same run')]
 bench-train *args="":
     test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
     cargo run -q -p memkit-train --example sft_bench -- --python .venv-bench/bin/python {{args}}
 
 # The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
 # .venv-bench (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
+[doc("SFT tokens/s with burn's LibTorch backend too (cargo feature tch)")]
 bench-train-tch *args="":
     test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
     PATH="$PWD/.venv-bench/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
@@ -71,6 +78,7 @@ models *names="all-minilm-l6-v2":
 
 # Bundle a checkpoint for HF / llama.cpp / Ollama with a model card, e.g.
 # `just publish runs/demo/student dist/demo --compare runs/demo/compare.json`.
+[doc('Bundle a checkpoint for HF / llama.cpp / Ollama (safetensors, GGUF, Modelfile, model card)')]
 publish checkpoint out *args="":
     {{memkit}} publish {{checkpoint}} --out {{out}} {{args}}
 
@@ -82,7 +90,9 @@ deps:
 fmt:
     cargo fmt --all
 
-# What CI runs.
+# Before a push: dependency rules, format, clippy with warnings as errors, the tests (CI itself
+# runs the format check and `just test` from .ci/run).
+[doc('Dependency rules, format check, clippy -D warnings, tests')]
 ready: deps
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
