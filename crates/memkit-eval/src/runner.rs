@@ -95,7 +95,7 @@ impl Unit {
 enum Ranker {
     Chronological,
     Bm25(Bm25Index),
-    Engine { tri: TriPath, adaptive: bool },
+    Engine { tri: Box<TriPath>, adaptive: bool },
     Hinge { index: Box<HingeIndex>, stop: StopConfig },
 }
 
@@ -229,7 +229,10 @@ fn prepare(
                 let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
                 tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
             }
-            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Engine { tri, adaptive: *adaptive_stop } }
+            Prepared {
+                units: records.iter().map(Unit::from_record).collect(),
+                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
+            }
         }
         SystemSpec::Hinge { hinge, segmenter, .. } => {
             let config = HingeConfig { adaptive: false, ..*hinge };
@@ -645,7 +648,7 @@ mod tests {
             window_ledger(&teacher),
             [
                 line("d/w0", &[cat.clone(), paris.clone()], &reply(&[&cat, &paris]), serde_json::json!([])),
-                line("d/w1", &[cat.clone()], &reply(&[&cat]), serde_json::json!([])),
+                line("d/w1", std::slice::from_ref(&cat), &reply(&[&cat]), serde_json::json!([])),
             ]
             .join("\n"),
         )
@@ -654,8 +657,10 @@ mod tests {
         // failure, whatever its index says); w1: a reply that is not JSON at all.
         let context = memory(1, "Ann said hello");
         let dropped = serde_json::json!([{"index": null, "reason": "source_id 1 is a context-only message (1..=3)", "raw": ""}]);
-        let lines =
-            [line("d/w0", &[cat.clone()], &reply(&[&cat, &context]), dropped), line("d/w1", &[], "I cannot", serde_json::json!([]))];
+        let lines = [
+            line("d/w0", std::slice::from_ref(&cat), &reply(&[&cat, &context]), dropped),
+            line("d/w1", &[], "I cannot", serde_json::json!([])),
+        ];
         std::fs::write(window_ledger(&student), lines.join("\n")).unwrap();
 
         let spec = AgreementSpec { name: "s vs t".into(), reference: teacher.clone(), candidate: student.clone() };

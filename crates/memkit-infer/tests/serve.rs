@@ -262,9 +262,11 @@ fn limits_hold_and_shutdown_finishes_the_request_in_flight() {
     let (addr, handle) = (server.local_addr(), server.handle());
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let running = std::thread::spawn(move || {
-        server.run_until(async move {
-            let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
-        })
+        server
+            .run_until(async move {
+                let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+            })
+            .map_err(|e| e.to_string())
     });
 
     let (status, body) = post(addr, &chat_body("hi", 257));
