@@ -28,6 +28,7 @@ pub mod agreement;
 mod error;
 pub mod locomo_f1;
 pub mod plot;
+pub mod pointers;
 pub mod porter;
 pub mod recipe;
 pub mod report;

@@ -37,6 +37,7 @@ use memkit_engine::{Hit, Retriever};
 use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer};
 use serde_json::json;
 
+use crate::pointers::{PointerTally, check_pointers};
 use crate::recipe::{DatasetSpec, EvalRecipe, RecordSource, SystemSpec};
 use crate::retrieval::{EvidenceRecall, LongMemEvalMeans, evaluate_retrieval, is_abstention, recall_of_list};
 use crate::{CategoryMetrics, Error, Report, Result, SystemMetrics, TokenCounter};
@@ -103,6 +104,8 @@ enum Ranker {
 struct Prepared {
     units: Vec<Unit>,
     ranker: Ranker,
+    /// Pointer checks of the records (systems over records other than raw turns).
+    pointers: Option<PointerTally>,
 }
 
 /// A ranking for one question: unit indices best first, and where an adaptive stop cuts it.
@@ -207,17 +210,21 @@ fn prepare(
     embedder: Option<&Arc<dyn Embedder>>,
 ) -> Result<Prepared> {
     Ok(match system {
-        SystemSpec::FullContext { .. } => {
-            Prepared { units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(), ranker: Ranker::Chronological }
-        }
+        SystemSpec::FullContext { .. } => Prepared {
+            units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(),
+            ranker: Ranker::Chronological,
+            pointers: None,
+        },
         SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
             let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
             let records = records_for(&source, RuleExtractorConfig::default(), dialogue, sample)?;
             let index = Bm25Index::from_records(&records);
-            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index) }
+            let pointers = (source == RecordSource::Observations).then(|| check_pointers(dialogue, &records));
+            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index), pointers }
         }
-        SystemSpec::Engine { records, retrieval, adaptive_stop, rule_extractor, .. } => {
-            let records = records_for(records, *rule_extractor, dialogue, sample)?;
+        SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, .. } => {
+            let records = records_for(source, *rule_extractor, dialogue, sample)?;
+            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
             let mut tri = TriPath::new(&records, retrieval.clone())?;
             if retrieval.uses_dense() {
                 let embedder = embedder.ok_or_else(|| {
@@ -232,6 +239,7 @@ fn prepare(
             Prepared {
                 units: records.iter().map(Unit::from_record).collect(),
                 ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
+                pointers,
             }
         }
         SystemSpec::Hinge { hinge, segmenter, .. } => {
@@ -246,7 +254,7 @@ fn prepare(
                     Unit::new(text, e.turn_ids.clone())
                 })
                 .collect();
-            Prepared { units, ranker: Ranker::Hinge { index: Box::new(index), stop: hinge.stop } }
+            Prepared { units, ranker: Ranker::Hinge { index: Box::new(index), stop: hinge.stop }, pointers: None }
         }
     })
 }
@@ -266,6 +274,7 @@ struct Tally {
     dialogues: usize,
     session: Option<LongMemEvalMeans>,
     turn: Option<LongMemEvalMeans>,
+    pointers: Option<PointerTally>,
 }
 
 impl Tally {
@@ -284,6 +293,16 @@ impl Tally {
             dialogues: 0,
             session: ks.map(LongMemEvalMeans::new),
             turn: ks.map(LongMemEvalMeans::new),
+            pointers: None,
+        }
+    }
+
+    /// Counts one dialogue's prepared system (units, pointer checks).
+    fn add_dialogue(&mut self, prepared: &Prepared) {
+        self.dialogues += 1;
+        self.units += prepared.units.len();
+        if let Some(p) = prepared.pointers {
+            self.pointers.get_or_insert_with(PointerTally::default).add(p);
         }
     }
 
@@ -345,6 +364,10 @@ impl Tally {
         m.extra.insert("mean_latency_ms".into(), json!(self.latency_ms / self.queries.max(1) as f64));
         m.extra.insert("units_per_dialogue".into(), json!(self.units as f64 / self.dialogues.max(1) as f64));
         m.extra.insert("token_counter".into(), json!(counter.name()));
+        if let Some(p) = self.pointers {
+            m.extra.insert("pointer_accuracy".into(), json!(p.accuracy()));
+            m.extra.insert("pointer_records_checked".into(), json!(p.checked));
+        }
         if let Some(s) = self.session {
             m.recall_any_at = Some(s.recall_any_at());
             m.recall_all_at = Some(s.recall_all_at());
@@ -439,8 +462,7 @@ fn run_locomo(
         let mut tally = Tally::new(&recipe.budgets, None);
         for sample in samples {
             let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref())?;
-            tally.dialogues += 1;
-            tally.units += prepared.units.len();
+            tally.add_dialogue(&prepared);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
             }
@@ -570,8 +592,7 @@ fn run_longmemeval(
         for item in &items {
             let q: &Question = &item.question;
             let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref())?;
-            tally.dialogues += 1;
-            tally.units += prepared.units.len();
+            tally.add_dialogue(&prepared);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
             }
