@@ -490,7 +490,7 @@ fn run_locomo(
 /// from the window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
 fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Result<()> {
     let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
-    let ledger = window_ledger(path);
+    let ledger = memkit_schema::window_ledger_path(path);
     let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
     let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -525,16 +525,9 @@ struct LedgerExtraction {
     raw: String,
 }
 
-/// The window ledger `memkit extract --output FILE` keeps next to FILE.
-fn window_ledger(records_file: &std::path::Path) -> PathBuf {
-    let mut name = records_file.file_name().unwrap_or_default().to_os_string();
-    name.push(".windows.jsonl");
-    records_file.with_file_name(name)
-}
-
 /// Per window: the records, or `None` when the reply did not parse as a whole.
 fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String, Option<Vec<memkit_schema::ExtractedMemory>>>> {
-    let path = window_ledger(records_file);
+    let path = memkit_schema::window_ledger_path(records_file);
     let text = std::fs::read_to_string(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
     let mut out = BTreeMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -565,8 +558,8 @@ fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate::report::Na
         return Err(Error::Dataset(format!(
             "agreement {:?}: {} and {} share no window",
             spec.name,
-            window_ledger(&spec.reference).display(),
-            window_ledger(&spec.candidate).display()
+            memkit_schema::window_ledger_path(&spec.reference).display(),
+            memkit_schema::window_ledger_path(&spec.candidate).display()
         )));
     }
     Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement: crate::agreement::agreement(&pairs) })
@@ -666,7 +659,7 @@ mod tests {
         let paris = memory(5, "Ann moved to Paris in May");
         let reply = |records: &[&serde_json::Value]| serde_json::json!({"memories": records}).to_string();
         std::fs::write(
-            window_ledger(&teacher),
+            memkit_schema::window_ledger_path(&teacher),
             [
                 line("d/w0", &[cat.clone(), paris.clone()], &reply(&[&cat, &paris]), serde_json::json!([])),
                 line("d/w1", std::slice::from_ref(&cat), &reply(&[&cat]), serde_json::json!([])),
@@ -682,7 +675,7 @@ mod tests {
             line("d/w0", std::slice::from_ref(&cat), &reply(&[&cat, &context]), dropped),
             line("d/w1", &[], "I cannot", serde_json::json!([])),
         ];
-        std::fs::write(window_ledger(&student), lines.join("\n")).unwrap();
+        std::fs::write(memkit_schema::window_ledger_path(&student), lines.join("\n")).unwrap();
 
         let spec = AgreementSpec { name: "s vs t".into(), reference: teacher.clone(), candidate: student.clone() };
         let got = agreement_of(&spec).unwrap().agreement;

@@ -31,5 +31,5 @@ pub use error::{Error, Result};
 pub use json_schema::{ExtractorSchemaOptions, extractor_json_schema};
 pub use lenient::{ParseOutcome, RecordError, parse_extractor_output};
 pub use query::{AnswerDim, Hyperedge, ParsedQuery};
-pub use record::{Dimensions, ExtractedDimension, ExtractedMemory, ExtractorOutput, MemoryRecord, MemoryType, Pointer};
+pub use record::{Dimensions, ExtractedDimension, ExtractedMemory, ExtractorOutput, MemoryRecord, MemoryType, Pointer, window_ledger_path};
 pub use time::{TimeConstraint, TimeSpan};

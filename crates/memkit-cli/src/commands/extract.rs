@@ -103,7 +103,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             // Each finished window goes to a ledger next to --output, so a killed run resumes
             // where it stopped; windows already there (from the same extractor settings) are
             // not extracted again.
-            let ledger_path = args.output.as_deref().map(ledger_path);
+            let ledger_path = args.output.as_deref().map(memkit_schema::window_ledger_path);
             let key = extractor_key(&args)?;
             let mut done: HashMap<String, Extraction> = HashMap::new();
             let mut batch_of: HashMap<String, usize> = HashMap::new();
@@ -200,13 +200,6 @@ struct Finished {
 
 fn one() -> usize {
     1
-}
-
-/// The window ledger that makes `--output` runs resumable.
-pub fn ledger_path(output: &Path) -> PathBuf {
-    let mut name = output.file_name().unwrap_or_default().to_os_string();
-    name.push(".windows.jsonl");
-    output.with_file_name(name)
 }
 
 /// What decides a window's records: the model (for a file: its size and a hash of its last MiB,
