@@ -35,6 +35,16 @@ distill recipe="recipes/distill/lme-filler.toml" *args="":
 train recipe="recipes/train/smollm2-135m.toml" *args="":
     {{memkit}} train --recipe {{recipe}} {{args}}
 
+# The same on LibTorch's CPU kernels (~4× burn's flex here, see benches/README.md): builds memkit
+# with the `tch` feature against the torch of .venv-bench (made on first use, ~7 GB), e.g.
+# `just train-tch recipes/train/smollm2-135m.toml --resume`.
+[doc("Fine-tune on LibTorch's kernels (memkit built with the tch feature)")]
+train-tch recipe="recipes/train/smollm2-135m.toml" *args="":
+    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
+    PATH="$PWD/.venv-bench/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
+    LD_LIBRARY_PATH="$(.venv-bench/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
+    cargo run -q -p memkit-cli --features tch -- train --recipe {{recipe}} --backend libtorch {{args}}
+
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
 eval recipe="recipes/eval/locomo-baselines.toml":
     {{memkit}} eval --recipe {{recipe}}

@@ -88,3 +88,41 @@ impl Backend {
         }
     }
 }
+
+/// `flex`, or `libtorch` in a build with the `tch` feature; other names (and `libtorch` in a
+/// build without it) are errors that say what this build has.
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        let all = Backend::all();
+        all.iter().copied().find(|b| b.name() == name).ok_or_else(|| {
+            let have = all.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
+            if name == "libtorch" {
+                format!(
+                    "backend libtorch needs a memkit built with the `tch` feature (cargo build -p memkit-cli --features tch, \
+                     with LibTorch found as `just train-tch` sets up); this build has: {have}"
+                )
+            } else {
+                format!("unknown backend {name:?}; this build has: {have}")
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_by_name_and_explain_what_is_missing() {
+        assert_eq!("flex".parse::<Backend>(), Ok(Backend::Flex));
+        for b in Backend::all() {
+            assert_eq!(b.name().parse::<Backend>(), Ok(b));
+        }
+        let err = "cuda".parse::<Backend>().unwrap_err();
+        assert!(err.contains("unknown backend \"cuda\"") && err.contains("flex"), "{err}");
+        #[cfg(not(feature = "tch"))]
+        assert!("libtorch".parse::<Backend>().unwrap_err().contains("`tch` feature"));
+    }
+}
