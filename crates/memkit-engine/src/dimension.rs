@@ -246,6 +246,22 @@ fn post<'a>(postings: &mut HashMap<String, Vec<u32>>, keys: impl IntoIterator<It
     }
 }
 
+/// For each record in any of `lists` (one posting list per query item), calls `add(doc, count)`
+/// once with how many of the lists hold it. `counts` is an all-zero scratch with a slot per
+/// record; taking each count on the second pass makes later visits no-ops and leaves it all zero
+/// for the next field.
+fn for_each_count(lists: &[&Vec<u32>], counts: &mut [u32], mut add: impl FnMut(u32, u32)) {
+    for &doc in lists.iter().copied().flatten() {
+        counts[doc as usize] += 1;
+    }
+    for &doc in lists.iter().copied().flatten() {
+        let count = std::mem::take(&mut counts[doc as usize]);
+        if count > 0 {
+            add(doc, count);
+        }
+    }
+}
+
 impl DimensionIndex {
     /// Indexes the records' fields.
     pub fn new(records: &[MemoryRecord], weights: DimensionWeights) -> Result<Self> {
@@ -335,9 +351,8 @@ impl DimensionIndex {
                 }
             }
         }
-        // Share fields: count, per record, the query items its postings hold, then add
-        // weight · count / items once per record (zeroing the count makes the second visit a no-op
-        // and leaves the scratch clean for the next field).
+        // Share fields: per record, how many query items its postings hold (location first, in
+        // combine()'s order), turned into weight · count / items once per record.
         let mut counts = vec![0u32; n];
         if !q.location_terms.is_empty() {
             // Phrase containment either way scores 1. The query phrase inside the record's means
@@ -346,35 +361,22 @@ impl DimensionIndex {
             // substring test run (a common term such as "new" would otherwise send thousands of
             // records through it).
             let lists: Vec<&Vec<u32>> = q.location_terms.iter().filter_map(|t| self.location_terms.get(t)).collect();
-            for &doc in lists.iter().copied().flatten() {
-                counts[doc as usize] += 1;
-            }
-            for &doc in lists.iter().copied().flatten() {
-                let count = std::mem::take(&mut counts[doc as usize]);
-                if count == 0 {
-                    continue;
-                }
+            for_each_count(&lists, &mut counts, |doc, count| {
                 let r = &self.records[doc as usize];
                 let inside_query = count as usize == r.location_terms.len() && contains_phrase(&q.location_padded, &r.location_padded);
                 let score = if inside_query { 1.0 } else { count as f32 / q.location_terms.len() as f32 };
                 num[doc as usize] += w.location * score;
-            }
+            });
         }
-        let mut add_share = |query_items: &[String], postings: &HashMap<String, Vec<u32>>, weight: f32| {
-            let lists: Vec<&Vec<u32>> = query_items.iter().filter_map(|k| postings.get(k)).collect();
-            for &doc in lists.iter().copied().flatten() {
-                counts[doc as usize] += 1;
-            }
-            for &doc in lists.iter().copied().flatten() {
-                let count = std::mem::take(&mut counts[doc as usize]);
-                if count > 0 {
-                    num[doc as usize] += weight * (count as f32 / query_items.len() as f32);
-                }
-            }
-        };
-        add_share(&q.keyword_phrases, &self.keyword_phrases, w.keyword_phrase);
-        add_share(&q.keyword_terms, &self.keyword_terms, w.keyword_token);
-        add_share(&q.anchor_terms, &self.content_terms, w.anchor_token);
+        let shares = [
+            (&q.keyword_phrases, &self.keyword_phrases, w.keyword_phrase),
+            (&q.keyword_terms, &self.keyword_terms, w.keyword_token),
+            (&q.anchor_terms, &self.content_terms, w.anchor_token),
+        ];
+        for (items, postings, weight) in shares {
+            let lists: Vec<&Vec<u32>> = items.iter().filter_map(|k| postings.get(k)).collect();
+            for_each_count(&lists, &mut counts, |doc, count| num[doc as usize] += weight * (count as f32 / items.len() as f32));
+        }
         num.into_iter().map(|x| x / den).collect()
     }
 }
