@@ -361,7 +361,8 @@ mod local {
 
         fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
             // A panic inside llama.cpp bookkeeping leaves no state that the next call relies
-            // on (the KV cache is cleared per call), so a poisoned lock is still usable.
+            // on (the cached prefix is trusted only after a call finished), so a poisoned lock is
+            // still usable.
             let mut engine = self.engine.lock().unwrap_or_else(PoisonError::into_inner);
             engine.generate_batch(prefix, requests)
         }

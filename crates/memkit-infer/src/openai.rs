@@ -147,6 +147,17 @@ pub struct CompletionUsage {
     /// Their sum.
     #[serde(default)]
     pub total_tokens: usize,
+    /// How many of the prompt tokens came from the server's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// Details of [`CompletionUsage::prompt_tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens the server did not evaluate again (a cached prefix).
+    #[serde(default)]
+    pub cached_tokens: usize,
 }
 
 /// A `/v1/chat/completions` response.

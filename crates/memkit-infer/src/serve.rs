@@ -41,7 +41,7 @@ use tracing::{info, warn};
 
 use crate::extract::GgufChat;
 use crate::generate::{FinishReason, GenerateRequest, LlamaEngine, Sampling};
-use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, ResponseFormat, ResponseMessage};
+use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, PromptTokensDetails, ResponseFormat, ResponseMessage};
 use crate::{Error, Result};
 
 /// `max_tokens` when a request does not set it (or the [`Limits::max_tokens`] cap, if lower).
@@ -358,7 +358,8 @@ fn complete(state: &AppState, request: ChatCompletionRequest) -> std::result::Re
     let rendered = state.chat.render(&request.messages)?;
     let generate = generate_request(&request, rendered.suffix.clone(), &state.limits)?;
     let generation = {
-        // The KV cache is cleared per call, so a poisoned lock leaves nothing half-done.
+        // The engine trusts its cached prefix only after a call finished, so a poisoned lock
+        // leaves nothing half-done.
         let mut engine = state.engine.lock().unwrap_or_else(PoisonError::into_inner);
         let prompt_tokens = engine.tokenize(&rendered.prefix, true).len() + engine.tokenize(&rendered.suffix, false).len();
         if prompt_tokens > state.limits.max_prompt_tokens {
@@ -388,6 +389,7 @@ fn complete(state: &AppState, request: ChatCompletionRequest) -> std::result::Re
             prompt_tokens: generation.prompt_tokens,
             completion_tokens: generation.completion_tokens,
             total_tokens: generation.prompt_tokens + generation.completion_tokens,
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens: generation.cached_tokens }),
         }),
     })
 }

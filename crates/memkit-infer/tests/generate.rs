@@ -138,8 +138,11 @@ fn batched_outputs_equal_sequential_outputs() {
         })
         .collect();
     assert_eq!(batched.len(), requests.len());
+    // The sequential calls start from the prefix cells the batched call left behind.
+    let prefix_len = engine.tokenize(SYSTEM, true).len();
     for (b, s) in batched.iter().zip(&sequential) {
         assert_eq!(outcome(b), outcome(s));
+        assert_eq!((b.cached_tokens, s.cached_tokens), (0, prefix_len));
     }
     // They really finished at different times.
     let lengths: Vec<usize> = batched.iter().map(|g| g.completion_tokens).collect();
@@ -155,6 +158,37 @@ fn batched_outputs_equal_sequential_outputs() {
         assert_eq!(outcome(b), outcome(c));
         assert_eq!(outcome(b), outcome(s));
     }
+}
+
+#[test]
+fn a_cached_prefix_serves_only_a_call_with_the_same_prefix() {
+    let Some(path) = smollm2() else { return };
+    let request = &requests()[1..2];
+    let other = "<|im_start|>system\nYou are a terse assistant. Reply in at most ten words.<|im_end|>\n";
+    let mut engine = LlamaEngine::load(&path, options()).unwrap();
+    let prefix_len = engine.tokenize(SYSTEM, true).len();
+
+    let first = engine.generate_batch(SYSTEM, request).unwrap().remove(0);
+    let again = engine.generate_batch(SYSTEM, request).unwrap().remove(0);
+    assert_eq!((first.cached_tokens, again.cached_tokens), (0, prefix_len));
+    assert_eq!(outcome(&first), outcome(&again));
+
+    // Another prefix, then no prefix: each clears the cache and is evaluated in full, with
+    // the outputs of a fresh engine.
+    let switched = engine.generate_batch(other, request).unwrap().remove(0);
+    let mut fresh = LlamaEngine::load(&path, options()).unwrap();
+    assert_eq!(switched.cached_tokens, 0);
+    assert_eq!(outcome(&switched), outcome(&fresh.generate_batch(other, request).unwrap()[0]));
+    let whole = GenerateRequest::new(format!("{SYSTEM}{}", user_turn(QUESTIONS[1]))).with_max_tokens(40);
+    assert_eq!(engine.generate(&whole).unwrap().cached_tokens, 0);
+    let back = engine.generate_batch(SYSTEM, request).unwrap().remove(0);
+    assert_eq!(back.cached_tokens, 0, "a call without a prefix leaves none to reuse");
+    assert_eq!(outcome(&back), outcome(&first));
+
+    // A request refused before decoding leaves the cached prefix in place.
+    let too_long = GenerateRequest::new(user_turn("hi")).with_max_tokens(100_000);
+    assert!(engine.generate_batch(SYSTEM, &[too_long]).is_err());
+    assert_eq!(engine.generate_batch(SYSTEM, request).unwrap()[0].cached_tokens, prefix_len);
 }
 
 #[test]

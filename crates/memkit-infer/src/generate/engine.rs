@@ -141,6 +141,9 @@ pub struct LlamaEngine {
     model: LlamaModel,
     /// Built on the first JSON-constrained request: it walks the whole vocabulary.
     parser_factory: Option<ParserFactory>,
+    /// The prefix whose cells [`PREFIX_SEQ`] holds after the last call finished (empty when
+    /// there is none to trust): a call with the same prefix starts from them.
+    cached_prefix: Vec<LlamaToken>,
     path: PathBuf,
     options: EngineOptions,
 }
@@ -208,7 +211,7 @@ impl LlamaEngine {
         #[allow(unsafe_code)]
         let context = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(context) };
         tracing::debug!(n_ctx = context.n_ctx(), threads, "llama.cpp context ready");
-        Ok(Self { context, model, parser_factory: None, path: path.to_path_buf(), options })
+        Ok(Self { context, model, parser_factory: None, cached_prefix: Vec::new(), path: path.to_path_buf(), options })
     }
 
     /// The options the engine was loaded with.
@@ -303,8 +306,12 @@ impl LlamaEngine {
     /// from a copy of it (in a unified cache the copy shares the cells, it costs no compute);
     /// the request's prompt is appended after it. Up to `n_seq_max - 1` requests, and as many
     /// as fit the context, decode together, one token per sequence per `llama_decode` call;
-    /// each has its own sampler and stops on its own. The KV cache is cleared first, so
-    /// nothing carries over between calls. Results are in the order of `requests`.
+    /// each has its own sampler and stops on its own. Results are in the order of `requests`.
+    ///
+    /// The prefix's cells stay in the cache after the call: the next call with the same
+    /// prefix tokens skips evaluating it ([`Generation::cached_tokens`] says so), which gives
+    /// the same cells and so the same outputs. Any other call clears the cache first, as does
+    /// a call after one that failed midway, so nothing else carries over between calls.
     ///
     /// Each prompt is evaluated in calls of its own, so that a request's output does not
     /// depend on the requests batched with it (llama.cpp's kernels are not bit-identical
@@ -354,11 +361,16 @@ impl LlamaEngine {
             });
         }
 
-        self.context.clear_kv_cache();
         let n_batch = self.options.n_batch as usize;
         let mut batch = LlamaBatch::new(n_batch, 1);
+        // Trusted again only once this call has finished: a failure midway may leave
+        // request sequences in the cache.
+        let reuse = !prefix_tokens.is_empty() && std::mem::take(&mut self.cached_prefix) == prefix_tokens;
         let started = Instant::now();
-        self.prefill_prefix(&prefix_tokens, &mut batch)?;
+        if !reuse {
+            self.context.clear_kv_cache();
+            self.prefill_prefix(&prefix_tokens, &mut batch)?;
+        }
         let prefix_ms = ms_since(started);
 
         // Chunks of at most n_seq_max - 1 requests whose prompts and completions fit the
@@ -384,7 +396,9 @@ impl LlamaEngine {
             start = end;
         }
         let prefix_len = prefix_tokens.len();
-        Ok(slots.into_iter().map(|slot| slot.into_generation(prefix_len)).collect())
+        let cached = if reuse { prefix_len } else { 0 };
+        self.cached_prefix = prefix_tokens;
+        Ok(slots.into_iter().map(|slot| slot.into_generation(prefix_len, cached)).collect())
     }
 
     /// Evaluates the shared prefix into [`PREFIX_SEQ`], `n_batch` tokens per call; no logits.
@@ -553,10 +567,11 @@ impl Slot<'_> {
         }
     }
 
-    fn into_generation(self, prefix_len: usize) -> Generation {
+    fn into_generation(self, prefix_len: usize, cached_tokens: usize) -> Generation {
         Generation {
             text: String::from_utf8_lossy(&self.text).into_owned(),
             prompt_tokens: prefix_len + self.prompt.len(),
+            cached_tokens,
             completion_tokens: self.completion_tokens,
             // Every slot runs until it sets a reason; Length is the only other way out.
             finish_reason: self.finish_reason.unwrap_or(FinishReason::Length),

@@ -140,6 +140,10 @@ pub struct Generation {
     pub text: String,
     /// Tokens the model read: the shared prefix plus the request's prompt.
     pub prompt_tokens: usize,
+    /// Of those, the shared prefix's tokens that a previous call left in the cache, so that
+    /// this call did not evaluate them (OpenAI's `usage.prompt_tokens_details.cached_tokens`).
+    #[serde(default)]
+    pub cached_tokens: usize,
     /// Tokens generated, not counting the end-of-generation token.
     pub completion_tokens: usize,
     /// Why generation ended.
