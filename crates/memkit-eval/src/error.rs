@@ -67,6 +67,9 @@ pub enum Error {
     /// The memory engine failed.
     #[error(transparent)]
     Engine(#[from] memkit_engine::Error),
+    /// Question answering failed: a prompt did not render or the answer or judge model failed.
+    #[error("QA: {0}")]
+    Qa(String),
 }
 
 /// `Result` with this crate's [`Error`].

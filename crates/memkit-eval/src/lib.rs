@@ -5,6 +5,8 @@
 //!   nDCG@k ported from the official code.
 //! - [`locomo_f1`]: the official LoCoMo QA score (normalisation, NLTK Porter stemming via
 //!   [`porter`], per-category rules).
+//! - [`qa`]: question answering on a seeded sample: an answer model reads each system's
+//!   retrieved memories, scored with the official F1 and an LLM judge.
 //! - [`report`] and [`plot`]: `reports/<name>/report.md`, `metrics.json` and SVG charts, written
 //!   atomically and free of dates so re-runs diff cleanly.
 //!
@@ -30,6 +32,7 @@ pub mod locomo_f1;
 pub mod plot;
 pub mod pointers;
 pub mod porter;
+pub mod qa;
 pub mod recipe;
 pub mod report;
 pub mod retrieval;

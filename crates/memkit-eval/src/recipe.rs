@@ -43,6 +43,116 @@ pub struct EvalRecipe {
     /// (`[[agreements]]`), computed from their window ledgers.
     #[serde(default)]
     pub agreements: Vec<AgreementSpec>,
+    /// Question answering on a seeded sample (`[qa]`): an answer model reads what each system
+    /// retrieves within a budget; official LoCoMo F1 and an LLM judge.
+    #[serde(default)]
+    pub qa: Option<QaSpec>,
+}
+
+/// `[qa]`: question answering over each system's retrieved units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QaSpec {
+    /// Questions in the seeded sample (of LoCoMo categories 1–4, or LongMemEval's
+    /// non-abstention questions).
+    #[serde(default = "default_qa_questions")]
+    pub questions: usize,
+    /// The sample's seed.
+    #[serde(default = "default_qa_seed")]
+    pub seed: u64,
+    /// Context tokens the answer model reads (units in rank order until the first that does
+    /// not fit, as for evidence recall).
+    #[serde(default = "default_qa_budget")]
+    pub budget: usize,
+    /// Most tokens per answer.
+    #[serde(default = "default_qa_max_tokens")]
+    pub max_tokens: usize,
+    /// Questions per model call (a local model decodes them as one batch; the reply cache
+    /// keeps every finished call).
+    #[serde(default = "default_qa_chunk")]
+    pub chunk: usize,
+    /// The systems to answer with, by report name; all when empty.
+    #[serde(default)]
+    pub systems: Vec<String>,
+    /// The answer model.
+    pub answer: QaModel,
+    /// The judge; the answer model when absent.
+    #[serde(default)]
+    pub judge: Option<QaModel>,
+    /// Set false to score with F1 only.
+    #[serde(default = "default_true")]
+    pub judged: bool,
+}
+
+impl Default for QaSpec {
+    fn default() -> Self {
+        Self {
+            questions: default_qa_questions(),
+            seed: default_qa_seed(),
+            budget: default_qa_budget(),
+            max_tokens: default_qa_max_tokens(),
+            chunk: default_qa_chunk(),
+            systems: Vec::new(),
+            answer: QaModel::Local { model: "qwen2.5-coder-1.5b-instruct".into(), threads: None, n_ctx: None },
+            judge: None,
+            judged: true,
+        }
+    }
+}
+
+/// An answer or judge model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum QaModel {
+    /// A GGUF model in-process (llama.cpp), greedy.
+    Local {
+        /// A packaged model name (`memkit models list`) or a `.gguf` path.
+        model: String,
+        /// llama.cpp threads (default: the cores available).
+        #[serde(default)]
+        threads: Option<usize>,
+        /// KV-cache size in tokens (default: room for a chunk of prompts).
+        #[serde(default)]
+        n_ctx: Option<u32>,
+    },
+    /// Any OpenAI-compatible `/v1/chat/completions` server, `temperature: 0`.
+    Openai {
+        /// API root including `/v1`.
+        base_url: String,
+        /// Model name sent with each request.
+        model: String,
+        /// Environment variable holding the API key.
+        #[serde(default = "default_api_key_env")]
+        api_key_env: String,
+        /// Limit on one attempt, in seconds.
+        #[serde(default = "default_timeout_s")]
+        timeout_s: u64,
+    },
+}
+
+fn default_qa_questions() -> usize {
+    40
+}
+fn default_qa_seed() -> u64 {
+    7
+}
+fn default_qa_budget() -> usize {
+    1000
+}
+fn default_qa_max_tokens() -> usize {
+    64
+}
+fn default_qa_chunk() -> usize {
+    4
+}
+fn default_true() -> bool {
+    true
+}
+fn default_api_key_env() -> String {
+    "OPENAI_API_KEY".into()
+}
+fn default_timeout_s() -> u64 {
+    120
 }
 
 /// `candidate`'s records against `reference`'s on the windows both extracted: records matched
@@ -211,6 +321,14 @@ impl EvalRecipe {
         }
         if self.budgets.is_empty() || self.budgets.contains(&0) {
             return Err("`budgets` must be a non-empty list of positive token counts".into());
+        }
+        if let Some(qa) = &self.qa {
+            if qa.questions == 0 || qa.budget == 0 || qa.max_tokens == 0 {
+                return Err("[qa]: questions, budget and max_tokens must be positive".into());
+            }
+            if let Some(unknown) = qa.systems.iter().find(|n| !self.systems.iter().any(|s| s.name() == n.as_str())) {
+                return Err(format!("[qa] systems names {unknown:?}, which is not a system of this recipe"));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.systems {

@@ -22,6 +22,7 @@
 //!     command: "memkit eval --recipe recipes/eval/locomo-bm25.toml".into(),
 //!     systems: vec![bm25],
 //!     agreements: vec![],
+//!     qa: None,
 //!     notes: vec![],
 //! };
 //! report.write("reports".as_ref())?;
@@ -135,6 +136,52 @@ pub struct MetricsFile {
     /// Extraction agreement figures, when the recipe asks for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agreements: Vec<NamedAgreement>,
+    /// Question-answering figures, when the recipe has `[qa]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qa: Option<QaMetrics>,
+}
+
+/// The QA part of `metrics.json`: the setup and one summary per system.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QaMetrics {
+    /// The answer model.
+    pub answer_model: String,
+    /// The judge, or `None` when answers are scored with F1 only.
+    pub judge_model: Option<String>,
+    /// Questions in the seeded sample.
+    pub questions: usize,
+    /// The sample's seed.
+    pub seed: u64,
+    /// Context tokens the answer model reads.
+    pub budget: usize,
+    /// Per system, in report order.
+    pub systems: Vec<QaSystemMetrics>,
+}
+
+/// One system's QA figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QaSystemMetrics {
+    /// The system's report name.
+    pub name: String,
+    /// Questions answered.
+    pub questions: usize,
+    /// Mean official F1.
+    pub f1: f64,
+    /// Share judged correct over the verdicts that parsed.
+    pub judge_accuracy: Option<f64>,
+    /// Verdicts that did not parse (left out of the accuracy).
+    pub judge_unparsed: usize,
+    /// Mean context tokens the answer model read.
+    pub mean_context_tokens: f64,
+}
+
+/// QA of a report: the figures and every answer (written to `qa.jsonl`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QaSection {
+    /// The figures.
+    pub metrics: QaMetrics,
+    /// Every scored answer, system by system.
+    pub results: Vec<crate::qa::QaResult>,
 }
 
 /// A benchmark report: the figures of several systems on one dataset.
@@ -150,6 +197,8 @@ pub struct Report {
     pub systems: Vec<SystemMetrics>,
     /// Extraction agreement of candidate extractors with a reference (student vs teacher).
     pub agreements: Vec<NamedAgreement>,
+    /// Question answering on a seeded sample, when the recipe asks for it.
+    pub qa: Option<QaSection>,
     /// Free-text notes (sampling, tokenizer, exclusions), one bullet each.
     pub notes: Vec<String>,
 }
@@ -172,6 +221,8 @@ pub const METRICS_JSON: &str = "metrics.json";
 pub const RECALL_SVG: &str = "recall_vs_budget.svg";
 /// See [`REPORT_MD`].
 pub const TOKENS_SVG: &str = "tokens_per_query.svg";
+/// Every QA answer with its scores, one JSON object per line.
+pub const QA_JSONL: &str = "qa.jsonl";
 
 impl Report {
     /// Writes `<reports_dir>/<name>/` with `report.md`, `metrics.json`, `recall_vs_budget.svg`
@@ -192,13 +243,27 @@ impl Report {
         let svg_path = dir.join(TOKENS_SVG);
         let svg = plot::tokens_per_query(&self.systems, &self.name).map_err(|message| Error::Plot { path: svg_path.clone(), message })?;
         write_atomic(&svg_path, svg.as_bytes())?;
+        if let Some(qa) = &self.qa {
+            let path = dir.join(QA_JSONL);
+            let mut lines = String::new();
+            for r in &qa.results {
+                lines.push_str(&serde_json::to_string(r).map_err(|source| Error::Json { path: path.clone(), source })?);
+                lines.push('\n');
+            }
+            write_atomic(&path, lines.as_bytes())?;
+        }
         tracing::info!(dir = %dir.display(), "report written");
         Ok(dir)
     }
 
     /// The `metrics.json` content.
     pub fn metrics_file(&self) -> MetricsFile {
-        MetricsFile { dataset: self.dataset.clone(), systems: self.systems.clone(), agreements: self.agreements.clone() }
+        MetricsFile {
+            dataset: self.dataset.clone(),
+            systems: self.systems.clone(),
+            agreements: self.agreements.clone(),
+            qa: self.qa.as_ref().map(|q| q.metrics.clone()),
+        }
     }
 
     /// The `report.md` content: one table per metric, the command, the notes.
@@ -329,6 +394,33 @@ impl Report {
                     (a.name.clone(), cells, None)
                 }),
             ));
+        }
+
+        if let Some(qa) = &self.qa {
+            let m = &qa.metrics;
+            md.push_str("## Question answering\n\n");
+            let judge = m.judge_model.as_deref().map_or_else(|| "none (F1 only)".to_owned(), |j| format!("`{j}`"));
+            let _ = writeln!(
+                md,
+                "A seeded sample of {} questions (seed {}), the same for every system; the answer model reads at most {} context tokens of each system's ranking. Answer model `{}`, judge {judge}. Every answer is in [`{QA_JSONL}`]({QA_JSONL}).\n",
+                m.questions, m.seed, m.budget, m.answer_model
+            );
+            md.push_str(
+                "| system | questions | F1 | judge accuracy | unparsed verdicts | context tokens |\n|---|---:|---:|---:|---:|---:|\n",
+            );
+            for s in &m.systems {
+                let accuracy = s.judge_accuracy.map_or_else(|| "–".to_owned(), |a| format!("{a:.3}"));
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.3} | {accuracy} | {} | {:.1} |",
+                    cell(&s.name),
+                    s.questions,
+                    s.f1,
+                    s.judge_unparsed,
+                    s.mean_context_tokens
+                );
+            }
+            md.push('\n');
         }
 
         if !self.notes.is_empty() {
@@ -464,6 +556,7 @@ mod tests {
             command: "memkit eval --recipe x.toml".into(),
             systems: vec![system()],
             agreements: vec![],
+            qa: None,
             notes: vec!["tokens: o200k_base".into()],
         };
         let md = report.to_markdown();

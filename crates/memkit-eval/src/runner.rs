@@ -34,11 +34,15 @@ use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::{Hit, Retriever};
+use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer};
 use serde_json::json;
 
 use crate::pointers::{PointerTally, check_pointers};
+use crate::qa::{ChatModel, QaItem};
+use crate::recipe::QaSpec;
 use crate::recipe::{DatasetSpec, EvalRecipe, RecordSource, SystemSpec};
+use crate::report::{QaMetrics, QaSection, QaSystemMetrics};
 use crate::retrieval::{EvidenceRecall, LongMemEvalMeans, evaluate_retrieval, is_abstention, recall_of_list};
 use crate::{CategoryMetrics, Error, Report, Result, SystemMetrics, TokenCounter};
 
@@ -65,6 +69,16 @@ pub struct RunOptions {
     pub command: String,
     /// Sentence embedder for systems whose routes include `dense`.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The answer model and judge of a recipe with `[qa]`, built by the caller from it.
+    pub qa_models: Option<QaModels>,
+}
+
+/// The models of `[qa]`.
+pub struct QaModels {
+    /// Answers the questions.
+    pub answer: Arc<dyn ChatModel>,
+    /// Judges the answers (`None`: F1 only).
+    pub judge: Option<Arc<dyn ChatModel>>,
 }
 
 /// A retrieved unit: the text the answer model would read and the turns it points to.
@@ -72,11 +86,14 @@ struct Unit {
     text: String,
     turn_ids: Vec<String>,
     tokens: OnceCell<usize>,
+    /// What the answer prompt shows for it.
+    memory: AnswerMemory,
 }
 
 impl Unit {
     fn new(text: String, turn_ids: Vec<String>) -> Self {
-        Unit { text, turn_ids, tokens: OnceCell::new() }
+        let memory = AnswerMemory { content: text.clone(), ..AnswerMemory::default() };
+        Unit { text, turn_ids, tokens: OnceCell::new(), memory }
     }
 
     fn from_record(r: &MemoryRecord) -> Self {
@@ -85,7 +102,7 @@ impl Unit {
             Some(day) => format!("[{day}] {}", r.content),
             None => r.content.clone(),
         };
-        Unit::new(text, r.pointer.turn_ids.clone())
+        Unit { memory: AnswerMemory::from_record(r), ..Unit::new(text, r.pointer.turn_ids.clone()) }
     }
 
     fn tokens(&self, counter: &TokenCounter) -> usize {
@@ -390,6 +407,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         data_dir: options.data_dir.clone(),
         command: options.command.clone(),
         embedder: options.embedder.clone().map(|e| Arc::new(CachedEmbedder::new(e)) as Arc<dyn Embedder>),
+        qa_models: options.qa_models.as_ref().map(|m| QaModels { answer: Arc::clone(&m.answer), judge: m.judge.clone() }),
     };
     let options = &cached;
     let counter = TokenCounter::o200k()?;
@@ -399,6 +417,10 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         "Evidence recall: units taken in rank order until the first one that does not fit the budget; recall = share of gold evidence turns reached through the units' pointers.".to_string(),
         "Context tokens per query: adaptive systems = tokens of the list they return; ranked systems = tokens taken at the largest budget; full context = the whole dialogue.".to_string(),
     ];
+    if recipe.qa.is_some() && options.qa_models.is_none() {
+        return Err(Error::Qa("the recipe has [qa] but no answer model was given".into()));
+    }
+    let mut qa_items = Vec::new();
     let systems = match &recipe.dataset {
         DatasetSpec::Locomo { conversations, sessions, .. } => {
             let mut samples = memkit_data::load_locomo(&path)?;
@@ -421,7 +443,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
                 samples.len(),
                 warnings
             ));
-            run_locomo(recipe, &samples, options, &counter, reporter)?
+            run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items)?
         }
         DatasetSpec::Longmemeval { limit, .. } => {
             let mut items = memkit_data::load_longmemeval(&path)?;
@@ -433,7 +455,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
                 "LongMemEval: {} questions read, {abstention} abstention (`_abs`) questions excluded; session-level recall_any/recall_all/nDCG@k (official definitions) in the tables, turn level in metrics.json.",
                 items.len()
             ));
-            run_longmemeval(recipe, &items, options, &counter, reporter)?
+            run_longmemeval(recipe, &items, options, &counter, reporter, &mut qa_items)?
         }
     };
     let dataset = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| recipe.dataset.name().to_string());
@@ -441,7 +463,77 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         notes.insert(0, recipe.description.clone());
     }
     let agreements = recipe.agreements.iter().map(agreement_of).collect::<Result<Vec<_>>>()?;
-    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, agreements, notes })
+    let qa = match (&recipe.qa, &options.qa_models) {
+        (Some(spec), Some(models)) => Some(answer_questions(spec, models, &qa_items, &systems, reporter)?),
+        _ => None,
+    };
+    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, agreements, qa, notes })
+}
+
+/// The questions of the QA sample among `scored` (question ids), or none without `[qa]`.
+fn qa_sample(spec: Option<&QaSpec>, scored: &[&str]) -> HashSet<String> {
+    spec.map(|qa| crate::qa::sample(scored, qa.questions, qa.seed)).unwrap_or_default()
+}
+
+/// Whether `system` answers the QA sample.
+fn answers_qa(spec: Option<&QaSpec>, system: &SystemSpec) -> bool {
+    spec.is_some_and(|qa| qa.systems.is_empty() || qa.systems.iter().any(|n| n == system.name()))
+}
+
+/// The memories of a ranking that fit `budget` tokens (in rank order until the first that
+/// does not fit, and no further than an adaptive stop), and their tokens.
+fn memories_within(prepared: &Prepared, ranking: &Ranking, counter: &TokenCounter, budget: usize) -> (Vec<AnswerMemory>, usize) {
+    let (mut memories, mut used) = (Vec::new(), 0);
+    let end = ranking.stop.unwrap_or(ranking.order.len()).min(ranking.order.len());
+    for &i in &ranking.order[..end] {
+        let t = prepared.units[i].tokens(counter);
+        if used + t > budget {
+            break;
+        }
+        used += t;
+        memories.push(prepared.units[i].memory.clone());
+    }
+    (memories, used)
+}
+
+fn answer_questions(
+    spec: &QaSpec,
+    models: &QaModels,
+    items: &[QaItem],
+    systems: &[SystemMetrics],
+    reporter: &dyn Reporter,
+) -> Result<QaSection> {
+    reporter.start("QA", items.len() as u64);
+    let judge = if spec.judged { Some(models.judge.as_deref().unwrap_or(&*models.answer)) } else { None };
+    let results = crate::qa::answer_and_judge(items, spec, &*models.answer, judge, &|n| reporter.advance(n as u64))?;
+    reporter.finish();
+    let per_system = systems
+        .iter()
+        .filter(|s| results.iter().any(|r| r.system == s.name))
+        .map(|s| {
+            let q = crate::qa::summarize(results.iter().filter(|r| r.system == s.name));
+            QaSystemMetrics {
+                name: s.name.clone(),
+                questions: q.questions,
+                f1: q.f1,
+                judge_accuracy: q.judge_accuracy,
+                judge_unparsed: q.judge_unparsed,
+                mean_context_tokens: q.context_tokens,
+            }
+        })
+        .collect();
+    let questions = items.iter().map(|i| i.question_id.as_str()).collect::<HashSet<_>>().len();
+    Ok(QaSection {
+        metrics: QaMetrics {
+            answer_model: models.answer.id(),
+            judge_model: judge.map(ChatModel::id),
+            questions,
+            seed: spec.seed,
+            budget: spec.budget,
+            systems: per_system,
+        },
+        results,
+    })
 }
 
 fn last_session_date(d: &Dialogue) -> Option<NaiveDateTime> {
@@ -454,10 +546,20 @@ fn run_locomo(
     options: &RunOptions,
     counter: &TokenCounter,
     reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
 ) -> Result<Vec<SystemMetrics>> {
     let mut out = Vec::new();
     let total: usize = samples.iter().map(|s| s.questions.len()).sum();
+    // QA over categories 1–4: the ones with a gold answer to score.
+    let scored: Vec<&str> = samples
+        .iter()
+        .flat_map(|s| &s.questions)
+        .filter(|q| q.category.is_some_and(|c| (1..=4).contains(&c)) && !q.answer.is_empty())
+        .map(|q| q.id.as_str())
+        .collect();
+    let in_qa = qa_sample(recipe.qa.as_ref(), &scored);
     for system in &recipe.systems {
+        let with_qa = answers_qa(recipe.qa.as_ref(), system);
         reporter.start(system.name(), total as u64);
         let mut tally = Tally::new(&recipe.budgets, None);
         for sample in samples {
@@ -474,6 +576,21 @@ fn run_locomo(
                 tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
                 tally.queries += 1;
                 tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.category.map(|c| c.to_string()));
+                if with_qa && in_qa.contains(&q.id) {
+                    let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
+                    let (memories, context_tokens) = memories_within(&prepared, &ranking, counter, qa.budget);
+                    qa_items.push(QaItem {
+                        system: system.name().to_owned(),
+                        question_id: q.id.clone(),
+                        question: q.question.clone(),
+                        date,
+                        gold: q.answer.clone(),
+                        category: q.category,
+                        kind: q.category.and_then(memkit_data::locomo_category_name).unwrap_or_default().to_owned(),
+                        memories,
+                        context_tokens,
+                    });
+                }
                 reporter.advance(1);
             }
         }
@@ -576,10 +693,14 @@ fn run_longmemeval(
     options: &RunOptions,
     counter: &TokenCounter,
     reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
 ) -> Result<Vec<SystemMetrics>> {
     let items: Vec<&LongMemEvalItem> = items.iter().filter(|i| !is_abstention(&i.question.id)).collect();
+    let scored: Vec<&str> = items.iter().map(|i| i.question.id.as_str()).collect();
+    let in_qa = qa_sample(recipe.qa.as_ref(), &scored);
     let mut out = Vec::new();
     for system in &recipe.systems {
+        let with_qa = answers_qa(recipe.qa.as_ref(), system);
         reporter.start(system.name(), items.len() as u64);
         let mut tally = Tally::new(&recipe.budgets, Some(&recipe.ks));
         for item in &items {
@@ -594,6 +715,21 @@ fn run_longmemeval(
             tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
             tally.queries += 1;
             tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.question_type.clone());
+            if with_qa && in_qa.contains(&q.id) {
+                let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
+                let (memories, context_tokens) = memories_within(&prepared, &ranking, counter, qa.budget);
+                qa_items.push(QaItem {
+                    system: system.name().to_owned(),
+                    question_id: q.id.clone(),
+                    question: q.question.clone(),
+                    date: q.question_date,
+                    gold: q.answer.clone(),
+                    category: None,
+                    kind: q.question_type.clone().unwrap_or_default(),
+                    memories,
+                    context_tokens,
+                });
+            }
 
             // Rankings over turns and over sessions, by first appearance in the unit ranking.
             let turn_ids: Vec<&str> = item.dialogue.turns().map(|t| t.id.as_str()).collect();

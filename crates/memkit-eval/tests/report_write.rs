@@ -36,6 +36,7 @@ fn report() -> Report {
         command: "memkit eval --recipe recipes/eval/locomo-bm25.toml".into(),
         systems: vec![a, b],
         agreements: vec![],
+        qa: None,
         notes: vec!["tokens counted with o200k_base".into()],
     }
 }

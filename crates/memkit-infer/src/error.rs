@@ -67,6 +67,17 @@ pub enum Error {
         known: String,
     },
 
+    /// A Hugging Face Hub download failed.
+    #[error("Hugging Face Hub {repo}@{revision}: {message}")]
+    Hub {
+        /// `owner/name`.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+        /// What failed, with the fix when it is known.
+        message: String,
+    },
+
     /// No models directory: neither `MEMKIT_MODELS_DIR`, `XDG_CACHE_HOME` nor `HOME` is set.
     #[error("no models directory: set MEMKIT_MODELS_DIR (or HOME)")]
     NoModelsDir,

@@ -222,7 +222,7 @@ impl Extractor for OpenAiExtractor {
 }
 
 #[cfg(feature = "llama")]
-pub use local::{GgufChat, LocalExtractor, RenderedChat};
+pub use local::{GgufChat, LocalChat, LocalExtractor, RenderedChat};
 
 #[cfg(feature = "llama")]
 mod local {
@@ -286,71 +286,60 @@ mod local {
         }
     }
 
-    /// An extractor over a GGUF model in-process. Windows of one call are decoded in batches
-    /// after the shared system prompt, greedily, constrained by the schema. Calls from several
-    /// threads take turns on the one engine.
+    /// Chats with a GGUF model in-process: any chat rendered with the model's template, the
+    /// leading system turns shared as a cached prefix, decoded in batches, greedily. Calls from
+    /// several threads take turns on the one engine.
     #[derive(Debug)]
-    pub struct LocalExtractor {
+    pub struct LocalChat {
         id: String,
         engine: Mutex<LlamaEngine>,
         chat: GgufChat,
-        prompts: Prompts,
-        config: ExtractConfig,
-        schema: serde_json::Value,
     }
 
-    impl LocalExtractor {
-        /// An extractor with the embedded prompts and the GGUF's chat template.
-        pub fn new(engine: LlamaEngine, config: ExtractConfig) -> Result<Self> {
+    impl LocalChat {
+        /// A chat over `engine` with the GGUF's chat template.
+        pub fn new(engine: LlamaEngine) -> Result<Self> {
             let chat = GgufChat::from_engine(&engine)?;
             let path = engine.model_meta()?.path;
             let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-            Ok(Self {
-                id: format!("gguf:{name}"),
-                engine: Mutex::new(engine),
-                chat,
-                prompts: Prompts::embedded()?,
-                schema: config.json_schema(),
-                config,
-            })
+            Ok(Self { id: format!("gguf:{name}"), engine: Mutex::new(engine), chat })
         }
 
-        /// Loads a GGUF sized for `batch` windows at once: one KV sequence per window plus the
-        /// shared system prompt, and by default room for a long window's prompt (4k tokens)
-        /// and the reply in each; `threads` defaults to the cores available.
-        pub fn load(
-            gguf: &std::path::Path,
-            batch: usize,
-            threads: Option<usize>,
-            n_ctx: Option<u32>,
-            config: ExtractConfig,
-        ) -> Result<Self> {
+        /// Loads a GGUF sized for `batch` chats at once: one KV sequence per chat plus the
+        /// shared system prompt, `n_ctx` cells (default: 2048 + `batch` × (4096 + `max_tokens`),
+        /// room for a long prompt and the reply in each); `threads` defaults to the cores.
+        pub fn load(gguf: &std::path::Path, batch: usize, threads: Option<usize>, n_ctx: Option<u32>, max_tokens: usize) -> Result<Self> {
             let batch = batch.max(1) as u32;
             let mut options = crate::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
-            options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + config.max_tokens as u32));
+            options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + max_tokens as u32));
             if let Some(threads) = threads {
                 options.n_threads = threads;
             }
-            Self::new(LlamaEngine::load(gguf, options)?, config)
+            Self::new(LlamaEngine::load(gguf, options)?)
         }
 
-        /// Uses these prompts instead of the embedded ones.
-        #[must_use]
-        pub fn with_prompts(mut self, prompts: Prompts) -> Self {
-            self.prompts = prompts;
-            self
+        /// `gguf:<file name>`.
+        pub fn id(&self) -> &str {
+            &self.id
         }
 
-        /// Replies to already rendered extraction chats (system and user messages, e.g. the
-        /// prompts of a distilled dataset), constrained by the schema, in batches after the
-        /// shared system prompt.
-        pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
+        /// Replies to `chats` (each ends with the user turn), greedily, at most `max_tokens`
+        /// each, constrained to `schema` when given. Chats whose system turns match share them
+        /// as one cached prefix; the others go one at a time.
+        pub fn complete(
+            &self,
+            chats: &[Vec<ChatMessage>],
+            max_tokens: usize,
+            schema: Option<&serde_json::Value>,
+        ) -> Result<Vec<Generation>> {
             let rendered = chats.iter().map(|m| self.chat.render(m)).collect::<Result<Vec<_>>>()?;
             let request = |r: &super::RenderedChat| {
-                GenerateRequest::new(r.suffix.as_str()).with_max_tokens(self.config.max_tokens).with_json_schema(self.schema.clone())
+                let request = GenerateRequest::new(r.suffix.as_str()).with_max_tokens(max_tokens);
+                match schema {
+                    Some(schema) => request.with_json_schema(schema.clone()),
+                    None => request,
+                }
             };
-            // The system message holds no window data, so one prefix serves the whole call;
-            // a custom prompt that breaks this falls back to one chat at a time.
             match rendered.first() {
                 Some(first) if rendered.iter().all(|r| r.prefix == first.prefix) => {
                     self.generate(&first.prefix, &rendered.iter().map(request).collect::<Vec<_>>())
@@ -368,9 +357,55 @@ mod local {
         }
     }
 
+    /// An extractor over a GGUF model in-process ([`LocalChat`]): windows of one call are
+    /// decoded in batches after the shared system prompt, greedily, constrained by the schema.
+    #[derive(Debug)]
+    pub struct LocalExtractor {
+        chat: LocalChat,
+        prompts: Prompts,
+        config: ExtractConfig,
+        schema: serde_json::Value,
+    }
+
+    impl LocalExtractor {
+        /// An extractor with the embedded prompts and the GGUF's chat template.
+        pub fn new(engine: LlamaEngine, config: ExtractConfig) -> Result<Self> {
+            Self::from_chat(LocalChat::new(engine)?, config)
+        }
+
+        fn from_chat(chat: LocalChat, config: ExtractConfig) -> Result<Self> {
+            Ok(Self { chat, prompts: Prompts::embedded()?, schema: config.json_schema(), config })
+        }
+
+        /// Loads a GGUF sized for `batch` windows at once (see [`LocalChat::load`]).
+        pub fn load(
+            gguf: &std::path::Path,
+            batch: usize,
+            threads: Option<usize>,
+            n_ctx: Option<u32>,
+            config: ExtractConfig,
+        ) -> Result<Self> {
+            Self::from_chat(LocalChat::load(gguf, batch, threads, n_ctx, config.max_tokens)?, config)
+        }
+
+        /// Uses these prompts instead of the embedded ones.
+        #[must_use]
+        pub fn with_prompts(mut self, prompts: Prompts) -> Self {
+            self.prompts = prompts;
+            self
+        }
+
+        /// Replies to already rendered extraction chats (system and user messages, e.g. the
+        /// prompts of a distilled dataset), constrained by the schema, in batches after the
+        /// shared system prompt.
+        pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
+            self.chat.complete(chats, self.config.max_tokens, Some(&self.schema))
+        }
+    }
+
     impl Extractor for LocalExtractor {
         fn id(&self) -> &str {
-            &self.id
+            self.chat.id()
         }
 
         fn extract(&self, windows: &[Window]) -> Result<Vec<Extraction>> {

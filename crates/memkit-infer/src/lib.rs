@@ -42,6 +42,8 @@
 //!   it off with `default-features = false`.
 //! - `serve` (default): the [`serve`] module (axum + tokio); implies `llama`.
 //! - `https`: TLS (rustls) for the [`openai`] client; plain `http://` needs nothing.
+//! - `hub`: the `hub` module, checkpoints from the Hugging Face Hub into the standard HF cache
+//!   (hf-hub over ureq); implies `https`.
 //!
 //! The build is CPU-only. Fetching models needs `python3` with pip at run time, not at build
 //! time.
@@ -53,6 +55,8 @@ pub mod extract;
 #[cfg(feature = "llama")]
 pub mod generate;
 pub mod gguf_tokenizer;
+#[cfg(feature = "hub")]
+pub mod hub;
 pub mod models;
 pub mod openai;
 #[cfg(feature = "serve")]

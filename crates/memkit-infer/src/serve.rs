@@ -41,7 +41,9 @@ use tracing::{info, warn};
 
 use crate::extract::GgufChat;
 use crate::generate::{FinishReason, GenerateRequest, LlamaEngine, Sampling};
-use crate::openai::{ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, PromptTokensDetails, ResponseFormat, ResponseMessage};
+use crate::openai::{
+    ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, PromptTokensDetails, ResponseFormat, ResponseMessage,
+};
 use crate::{Error, Result};
 
 /// `max_tokens` when a request does not set it (or the [`Limits::max_tokens`] cap, if lower).

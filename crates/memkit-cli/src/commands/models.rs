@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
+use memkit_infer::hub;
 use memkit_infer::models::{self, FetchOptions, ModelSpec};
 
 use crate::progress::Bars;
@@ -32,6 +33,30 @@ enum Action {
     },
     /// List the known models, their size and whether they are installed.
     List,
+    /// Download a checkpoint from the Hugging Face Hub (needs network) into the standard HF
+    /// cache ($HF_HOME/hub or ~/.cache/huggingface/hub, shared with Python's huggingface_hub)
+    /// and print its snapshot directory, an HF checkpoint directory that `memkit train --base`
+    /// and `memkit convert` take as it is. Cached files are not downloaded again.
+    ///
+    /// Example: memkit train --base "$(memkit models hub HuggingFaceTB/SmolLM2-135M-Instruct)"
+    Hub {
+        /// The repository, owner/name.
+        repo_id: String,
+        /// Branch, tag or commit.
+        #[arg(long, default_value = "main")]
+        revision: String,
+        /// Glob over the repository's file paths (repeatable; default: *.json, *.safetensors,
+        /// *.txt, *.jinja, i.e. configs, tokenizer and weights). `--include '*Q8_0.gguf'`
+        /// fetches a GGUF instead.
+        #[arg(long = "include", value_name = "GLOB")]
+        include: Vec<String>,
+        /// The server [default: $HF_ENDPOINT or https://huggingface.co].
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// The HF cache [default: $HF_HOME/hub or ~/.cache/huggingface/hub].
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+    },
 }
 
 fn options(dir: Option<PathBuf>) -> anyhow::Result<FetchOptions> {
@@ -42,6 +67,23 @@ fn options(dir: Option<PathBuf>) -> anyhow::Result<FetchOptions> {
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    if let Action::Hub { repo_id, revision, include, endpoint, cache_dir } = args.action {
+        let mut request = hub::HubDownload::new(repo_id);
+        request.revision = revision;
+        if !include.is_empty() {
+            request.include = include;
+        }
+        request.endpoint = endpoint;
+        request.cache_dir = cache_dir;
+        request.progress = bars.enabled();
+        let snapshot = hub::download(&request)?;
+        tracing::info!(commit = %snapshot.commit, files = snapshot.files.len(), "snapshot ready");
+        #[allow(clippy::print_stdout)]
+        {
+            println!("{}", snapshot.dir.display());
+        }
+        return Ok(());
+    }
     let options = options(args.models_dir)?;
     match args.action {
         Action::List =>
@@ -53,6 +95,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
                 println!("{:<20} {:>8.1} MB  {:<45} {state}", m.name, m.size() as f64 / 1e6, m.upstream);
             }
         }
+        Action::Hub { .. } => unreachable!("handled above"),
         Action::Fetch { names } => {
             let specs: Vec<&ModelSpec> = if names.iter().any(|n| n == "all") {
                 models::MODELS.iter().collect()

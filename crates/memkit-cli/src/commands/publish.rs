@@ -18,11 +18,13 @@ const OPTIONAL: [&str; 4] = ["generation_config.json", "recipe.toml", "metrics.j
 /// tokenizer_config.json with the chat template, generation_config.json, recipe.toml, metrics),
 /// writes a GGUF for llama.cpp / Ollama through memkit's converter (Q8_0 by default), an Ollama
 /// Modelfile, and README.md: a model card with the base model, the data, the recipe, the
-/// evaluation figures given with --compare, and the exact commands. Uploading is not built: push
-/// the folder with `huggingface-cli upload <repo> <out>`.
+/// evaluation figures given with --compare, and the exact commands. With --push, the folder is
+/// then uploaded to the Hugging Face Hub as one commit (needs network and a write token:
+/// $HF_TOKEN or `huggingface-cli login`; the repository is created when missing).
 ///
 /// Example:
 ///   memkit publish checkpoints/smollm2-135m-lme-filler --out dist/memkit-extractor-135m --compare runs/compare.json
+///   memkit publish checkpoints/smollm2-135m-lme-filler --out dist/memkit-extractor-135m --push you/memkit-extractor-135m
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -40,6 +42,15 @@ pub struct Args {
     /// Model name in the card and the GGUF metadata (default: the bundle folder's name).
     #[arg(long)]
     name: Option<String>,
+    /// Upload the bundle to this Hub repository (owner/name) as one commit.
+    #[arg(long, value_name = "REPO")]
+    push: Option<String>,
+    /// With --push: create the repository private.
+    #[arg(long, requires = "push")]
+    private: bool,
+    /// With --push: the Hub server [default: $HF_ENDPOINT or https://huggingface.co].
+    #[arg(long, requires = "push")]
+    endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -91,6 +102,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     #[allow(clippy::print_stdout)]
     {
         println!("{}: {}", args.out.display(), files.join(", "));
+    }
+    if let Some(repo) = &args.push {
+        let mut request = memkit_infer::hub::HubUpload::new(repo.clone(), format!("memkit publish {name}"));
+        request.private = args.private;
+        request.endpoint = args.endpoint.clone();
+        let commit = memkit_infer::hub::upload_folder(&args.out, &request)?;
+        #[allow(clippy::print_stdout)]
+        {
+            println!(
+                "pushed {} files ({} through LFS) to {repo}: {}",
+                commit.regular.len() + commit.lfs.len(),
+                commit.lfs.len(),
+                commit.url
+            );
+        }
     }
     Ok(())
 }
