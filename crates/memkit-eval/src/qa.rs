@@ -15,7 +15,7 @@ use crate::recipe::QaSpec;
 use crate::{Error, Result};
 
 /// A chat model: the answer model or the judge.
-pub trait ChatModel: Sync {
+pub trait ChatModel: Send + Sync {
     /// Names the model in the report (`gguf:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`).
     fn id(&self) -> String;
     /// One reply per chat, in order, greedy, at most `max_tokens` tokens each, constrained to

@@ -157,6 +157,15 @@ impl ExtractedMemory {
     }
 }
 
+/// The window ledger next to a records file: `memkit extract --output F` writes one line per
+/// finished window to `F.windows.jsonl` (what makes the run resumable), and evaluation reads it
+/// for extraction cost and agreement.
+pub fn window_ledger_path(records_file: &std::path::Path) -> std::path::PathBuf {
+    let mut name = records_file.file_name().unwrap_or_default().to_os_string();
+    name.push(".windows.jsonl");
+    records_file.with_file_name(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,13 +191,4 @@ mod tests {
         assert!(s.contains("\"type\":\"episodic\""));
         assert_eq!(serde_json::from_str::<MemoryRecord>(&s).unwrap(), r);
     }
-}
-
-/// The window ledger next to a records file: `memkit extract --output F` writes one line per
-/// finished window to `F.windows.jsonl` (what makes the run resumable), and evaluation reads it
-/// for extraction cost and agreement.
-pub fn window_ledger_path(records_file: &std::path::Path) -> std::path::PathBuf {
-    let mut name = records_file.file_name().unwrap_or_default().to_os_string();
-    name.push(".windows.jsonl");
-    records_file.with_file_name(name)
 }
