@@ -4,8 +4,8 @@
 //! snapshot directory per commit. Files already in the cache are not downloaded again, and an
 //! interrupted download resumes.
 //!
-//! The snapshot directory is an HF checkpoint directory: `memkit train --base` and
-//! `memkit convert` take it as it is.
+//! The snapshot directory is an HF checkpoint directory: a train recipe's
+//! `[model] kind = "hf"` and `memkit convert` take it as it is.
 //!
 //! [`upload_folder`] publishes a folder (what `memkit publish` bundles) as one commit. hf-hub
 //! only downloads, so the upload speaks the Hub's HTTP API itself, as `huggingface_hub` does:
@@ -201,7 +201,8 @@ pub fn upload_folder(folder: &Path, request: &HubUpload) -> Result<Commit> {
     };
 
     // 1. The repository (409: it exists).
-    let (owner, name) = repo_id.split_once('/').expect("checked");
+    let (owner, name) =
+        repo_id.split_once('/').ok_or_else(|| fail("uploading needs owner/name, the namespace to create the repository in".into()))?;
     let create = agent.post(format!("{endpoint}/api/repos/create")).header("authorization", &auth).send_json(serde_json::json!({
         "type": "model", "name": name, "organization": owner, "private": request.private
     }));
@@ -353,11 +354,12 @@ fn local_files(folder: &Path) -> std::io::Result<Vec<LocalFile>> {
     Ok(out)
 }
 
-/// `owner/name`, each part non-empty, no `..`, no whitespace.
+/// `owner/name` (or a legacy single name such as `gpt2`), each part non-empty, no `..`, no
+/// whitespace.
 fn check_repo_id(repo_id: &str) -> std::result::Result<(), &'static str> {
     let parts: Vec<&str> = repo_id.split('/').collect();
     let part_ok = |p: &&str| !p.is_empty() && *p != "." && *p != ".." && !p.contains(char::is_whitespace);
-    if parts.len() == 2 && parts.iter().all(part_ok) {
+    if (1..=2).contains(&parts.len()) && parts.iter().all(part_ok) {
         Ok(())
     } else {
         Err("a repository id is owner/name, e.g. HuggingFaceTB/SmolLM2-135M-Instruct")
@@ -428,7 +430,8 @@ mod tests {
     #[test]
     fn repo_ids_are_owner_slash_name() {
         assert!(check_repo_id("HuggingFaceTB/SmolLM2-135M-Instruct").is_ok());
-        for bad in ["gpt2", "a/b/c", "/b", "a/", "../b", "a b/c"] {
+        assert!(check_repo_id("gpt2").is_ok(), "legacy single names exist");
+        for bad in ["", "a/b/c", "/b", "a/", "../b", "a b/c", ".."] {
             assert!(check_repo_id(bad).is_err(), "{bad}");
         }
     }

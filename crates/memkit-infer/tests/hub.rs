@@ -274,7 +274,7 @@ fn downloads_into_the_hf_cache_once_and_says_what_went_wrong() {
     nothing.include = vec!["*.bin".into()];
     let nothing = hub::download(&nothing).unwrap_err().to_string();
     assert!(nothing.contains("no file matches *.bin"), "{nothing}");
-    let bad = hub::download(&request(addr, cache.path(), "tiny")).unwrap_err().to_string();
+    let bad = hub::download(&request(addr, cache.path(), "acme/tiny/extra")).unwrap_err().to_string();
     assert!(bad.contains("owner/name"), "{bad}");
 }
 

@@ -35,12 +35,13 @@ enum Action {
     List,
     /// Download a checkpoint from the Hugging Face Hub (needs network) into the standard HF
     /// cache ($HF_HOME/hub or ~/.cache/huggingface/hub, shared with Python's huggingface_hub)
-    /// and print its snapshot directory, an HF checkpoint directory that `memkit train --base`
-    /// and `memkit convert` take as it is. Cached files are not downloaded again.
+    /// and print its snapshot directory, an HF checkpoint directory that a train recipe takes as
+    /// `[model] kind = "hf", path = "<dir>"` and `memkit convert to-gguf` takes as it is.
+    /// Cached files are not downloaded again.
     ///
-    /// Example: memkit train --base "$(memkit models hub HuggingFaceTB/SmolLM2-135M-Instruct)"
+    /// Example: memkit convert to-gguf "$(memkit models hub HuggingFaceTB/SmolLM2-135M-Instruct)" smollm2.gguf
     Hub {
-        /// The repository, owner/name.
+        /// The repository: owner/name (or a legacy single name such as gpt2).
         repo_id: String,
         /// Branch, tag or commit.
         #[arg(long, default_value = "main")]
