@@ -480,6 +480,32 @@ fn answers_qa(spec: Option<&QaSpec>, system: &SystemSpec) -> bool {
     spec.is_some_and(|qa| qa.systems.is_empty() || qa.systems.iter().any(|n| n == system.name()))
 }
 
+/// Question `q` put to `system`, asked on `date`, with the memories of its ranking that fit
+/// `budget` tokens. The kind is the question type (LoCoMo's category name, LongMemEval's type);
+/// only LoCoMo questions have a category, which picks the official F1 rule.
+fn qa_item(
+    system: &SystemSpec,
+    q: &Question,
+    date: Option<NaiveDateTime>,
+    prepared: &Prepared,
+    ranking: &Ranking,
+    counter: &TokenCounter,
+    budget: usize,
+) -> QaItem {
+    let (memories, context_tokens) = memories_within(prepared, ranking, counter, budget);
+    QaItem {
+        system: system.name().to_owned(),
+        question_id: q.id.clone(),
+        question: q.question.clone(),
+        date,
+        gold: q.answer.clone(),
+        category: q.category,
+        kind: q.question_type.clone().unwrap_or_default(),
+        memories,
+        context_tokens,
+    }
+}
+
 /// The memories of a ranking that fit `budget` tokens (in rank order until the first that
 /// does not fit, and no further than an adaptive stop), and their tokens.
 fn memories_within(prepared: &Prepared, ranking: &Ranking, counter: &TokenCounter, budget: usize) -> (Vec<AnswerMemory>, usize) {
@@ -578,18 +604,7 @@ fn run_locomo(
                 tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.category.map(|c| c.to_string()));
                 if with_qa && in_qa.contains(&q.id) {
                     let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                    let (memories, context_tokens) = memories_within(&prepared, &ranking, counter, qa.budget);
-                    qa_items.push(QaItem {
-                        system: system.name().to_owned(),
-                        question_id: q.id.clone(),
-                        question: q.question.clone(),
-                        date,
-                        gold: q.answer.clone(),
-                        category: q.category,
-                        kind: q.category.and_then(memkit_data::locomo_category_name).unwrap_or_default().to_owned(),
-                        memories,
-                        context_tokens,
-                    });
+                    qa_items.push(qa_item(system, q, date, &prepared, &ranking, counter, qa.budget));
                 }
                 reporter.advance(1);
             }
@@ -717,18 +732,7 @@ fn run_longmemeval(
             tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.question_type.clone());
             if with_qa && in_qa.contains(&q.id) {
                 let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                let (memories, context_tokens) = memories_within(&prepared, &ranking, counter, qa.budget);
-                qa_items.push(QaItem {
-                    system: system.name().to_owned(),
-                    question_id: q.id.clone(),
-                    question: q.question.clone(),
-                    date: q.question_date,
-                    gold: q.answer.clone(),
-                    category: None,
-                    kind: q.question_type.clone().unwrap_or_default(),
-                    memories,
-                    context_tokens,
-                });
+                qa_items.push(qa_item(system, q, q.question_date, &prepared, &ranking, counter, qa.budget));
             }
 
             // Rankings over turns and over sessions, by first appearance in the unit ranking.

@@ -159,6 +159,8 @@ struct LocalFile {
     full: PathBuf,
     size: u64,
     sha256: String,
+    /// The first 512 bytes (the `preupload` sample).
+    head: Vec<u8>,
 }
 
 /// Uploads every file under `folder` (hidden files skipped) to `request.repo_id` as one commit.
@@ -215,14 +217,10 @@ pub fn upload_folder(folder: &Path, request: &HubUpload) -> Result<Commit> {
 
     // 2. Which files go through LFS.
     let revision = request.revision.replace('/', "%2F");
-    let mut samples = Vec::with_capacity(files.len());
-    for f in &files {
-        let mut head = vec![0u8; 512];
-        let n = std::fs::File::open(&f.full).and_then(|mut h| h.read(&mut head)).map_err(|e| fail(format!("{}: {e}", f.full.display())))?;
-        head.truncate(n);
-        samples
-            .push(serde_json::json!({ "path": f.path, "size": f.size, "sample": base64::engine::general_purpose::STANDARD.encode(&head) }));
-    }
+    let samples: Vec<_> = files
+        .iter()
+        .map(|f| serde_json::json!({ "path": f.path, "size": f.size, "sample": base64::engine::general_purpose::STANDARD.encode(&f.head) }))
+        .collect();
     let (_, modes) = json(
         "preupload",
         agent
@@ -319,7 +317,8 @@ pub fn upload_folder(folder: &Path, request: &HubUpload) -> Result<Commit> {
     })
 }
 
-/// The files under `folder`, sorted, with size and sha256; hidden entries are skipped.
+/// The files under `folder`, sorted, with size, sha256 and first bytes, each read once; hidden
+/// entries are skipped.
 fn local_files(folder: &Path) -> std::io::Result<Vec<LocalFile>> {
     let mut out = Vec::new();
     let mut stack = vec![folder.to_path_buf()];
@@ -336,18 +335,21 @@ fn local_files(folder: &Path) -> std::io::Result<Vec<LocalFile>> {
             }
             let rel = full.strip_prefix(folder).expect("under the folder");
             let path = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
-            let (mut hasher, mut size, mut buf) = (sha2::Sha256::new(), 0u64, vec![0u8; 1 << 20]);
+            let (mut hasher, mut size, mut buf, mut head) = (sha2::Sha256::new(), 0u64, vec![0u8; 1 << 20], Vec::new());
             let mut file = std::fs::File::open(&full)?;
             loop {
                 let n = file.read(&mut buf)?;
                 if n == 0 {
                     break;
                 }
+                if head.len() < 512 {
+                    head.extend_from_slice(&buf[..n.min(512 - head.len())]);
+                }
                 hasher.update(&buf[..n]);
                 size += n as u64;
             }
             let sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-            out.push(LocalFile { path, full, size, sha256 });
+            out.push(LocalFile { path, full, size, sha256, head });
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
