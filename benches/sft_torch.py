@@ -26,16 +26,18 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (timed to torch.cuda.synchronize)")
     a = p.parse_args()
 
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     config = AutoConfig.for_model(**json.load(open(a.config)))
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(a.device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    ids = torch.randint(0, config.vocab_size, (a.batch, a.seq))
+    ids = torch.randint(0, config.vocab_size, (a.batch, a.seq)).to(a.device)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
 
     times = []
     for step in range(a.warmup + a.steps):
@@ -44,6 +46,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - start)
     tokens = a.batch * a.seq * len(times)
@@ -53,6 +56,7 @@ def main() -> None:
                 "engine": f"PyTorch {torch.__version__} + transformers {transformers.__version__}",
                 "attention": model.config._attn_implementation,
                 "threads": torch.get_num_threads(),
+                "device": a.device,
                 "tokens_per_s": tokens / sum(times),
                 "step_s": times,
                 "loss": float(loss),

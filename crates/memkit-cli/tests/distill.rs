@@ -75,3 +75,84 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     assert_eq!(train.lines().count() + valid.lines().count(), parsed);
     assert!(out.join("stats.md").is_file());
 }
+
+/// Each window's validated records, by window id.
+fn records_by_window(lines: &[String]) -> Vec<(String, serde_json::Value)> {
+    let mut v: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+            (e["window_id"].as_str().unwrap().to_owned(), e["records"].clone())
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn teacher_url_points_the_same_recipe_at_memkit_serve() {
+    use std::io::{BufRead, BufReader};
+
+    let Some(gguf) = common::smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let recipe = dir.path().join("recipe.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"served\"\nout_dir = \"{}\"\n[corpus]\nwindows = 2\n\
+             window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}\n\
+             [corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
+             [teacher]\nkind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1\n[generation]\nmax_tokens = 160\n",
+            out.display(),
+            gguf.display()
+        ),
+    )
+    .unwrap();
+    let distill = |extra: &[&str], cache: &str| {
+        Command::new(env!("CARGO_BIN_EXE_memkit"))
+            .args(["--no-progress", "--quiet", "distill", "--recipe"])
+            .arg(&recipe)
+            .arg("--cache-dir")
+            .arg(dir.path().join(cache))
+            .arg("--data-dir")
+            .arg(memkit_data::shared_data_dir())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let local = distill(&[], "cache-local");
+    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
+    let local_lines = common::ledger_lines(&out.join("ledger.jsonl"));
+    std::fs::remove_dir_all(&out).unwrap();
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "serve", "--port", "0", "--threads", "1", "--model"])
+        .arg(&gguf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "memkit serve exited before it was ready");
+        if let Some(at) = line.find("url=") {
+            break line[at + 4..].split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let served = distill(&["--teacher-url", &url, "--concurrency", "2"], "cache-served");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(served.status.success(), "{}", String::from_utf8_lossy(&served.stderr));
+    let served_lines = common::ledger_lines(&out.join("ledger.jsonl"));
+
+    assert_eq!(local_lines.len(), 2);
+    assert_eq!(records_by_window(&served_lines), records_by_window(&local_lines), "same model, greedy: same records");
+    for line in &served_lines {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(e["model"].as_str().unwrap().starts_with(&format!("openai:{}@http://", gguf.display())), "{}", e["model"]);
+    }
+    let stats = std::fs::read_to_string(out.join("stats.md")).unwrap();
+    assert!(stats.contains("--teacher-url") && stats.contains("| · labelled by `openai:"), "{stats}");
+}

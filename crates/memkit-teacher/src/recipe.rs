@@ -245,6 +245,35 @@ fn default_retries() -> u32 {
     4
 }
 
+impl TeacherSpec {
+    /// The same model behind an OpenAI-compatible server at `base_url` (`memkit serve`,
+    /// llama.cpp's `llama-server`, vLLM) with `concurrency` requests in flight and `timeout_s`
+    /// per attempt: a local teacher's model name is sent as the request's model; an `openai`
+    /// teacher keeps its key, retries and prices.
+    pub fn served_at(&self, base_url: &str, concurrency: usize, timeout_s: u64) -> TeacherSpec {
+        match self {
+            TeacherSpec::Local { model, .. } => TeacherSpec::Openai {
+                base_url: base_url.to_owned(),
+                model: model.clone(),
+                api_key_env: default_api_key_env(),
+                concurrency,
+                timeout_s,
+                max_retries: default_retries(),
+                price: None,
+            },
+            TeacherSpec::Openai { model, api_key_env, max_retries, price, .. } => TeacherSpec::Openai {
+                base_url: base_url.to_owned(),
+                model: model.clone(),
+                api_key_env: api_key_env.clone(),
+                concurrency,
+                timeout_s,
+                max_retries: *max_retries,
+                price: *price,
+            },
+        }
+    }
+}
+
 impl DistillRecipe {
     /// Reads and checks a recipe file.
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -306,6 +335,25 @@ path = "memorybank/memory_bank_en.json"
 kind = "local"
 model = "smollm2-135m"
 "#;
+
+    #[test]
+    fn a_served_local_teacher_asks_for_its_model_by_name() {
+        let recipe = DistillRecipe::from_toml(MINIMAL).unwrap();
+        let served = recipe.teacher.served_at("http://gpu:8080/v1", 32, 600);
+        let TeacherSpec::Openai { base_url, model, concurrency, timeout_s, price, .. } = &served else { panic!("{served:?}") };
+        assert_eq!(
+            (base_url.as_str(), model.as_str(), *concurrency, *timeout_s, *price),
+            ("http://gpu:8080/v1", "smollm2-135m", 32, 600, None)
+        );
+        let mut priced = served.clone();
+        if let TeacherSpec::Openai { price, .. } = &mut priced {
+            *price = Some(Price { prompt_per_mtok: 1.0, completion_per_mtok: 2.0 });
+        }
+        let moved = priced.served_at("http://other/v1", 4, 30);
+        assert!(
+            matches!(moved, TeacherSpec::Openai { ref base_url, concurrency: 4, timeout_s: 30, price: Some(_), .. } if base_url == "http://other/v1")
+        );
+    }
 
     #[test]
     fn a_minimal_recipe_gets_defaults() {

@@ -22,6 +22,10 @@ pub struct Stats {
     pub windows_finished: usize,
     /// Finished windows per source.
     pub windows_per_source: BTreeMap<SourceKind, usize>,
+    /// Finished windows per teacher model id (a dataset can grow under several teachers:
+    /// the same weights in-process and behind a server, say).
+    #[serde(default)]
+    pub windows_per_teacher: BTreeMap<String, usize>,
     /// Finished windows whose reply parsed.
     pub windows_parsed: usize,
     /// `windows_parsed / windows_finished`.
@@ -100,6 +104,10 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         windows_drawn: corpus.windows.len(),
         windows_finished: entries.len(),
         windows_per_source: windows_per_source(entries),
+        windows_per_teacher: entries.iter().fold(BTreeMap::new(), |mut m, e| {
+            *m.entry(e.model.clone()).or_default() += 1;
+            m
+        }),
         windows_parsed: parsed.len(),
         json_validity: share(parsed.len(), entries.len()),
         train_examples: dataset.train.len(),
@@ -137,6 +145,9 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
             serde_json::to_value(source).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
         );
     }
+    for (model, n) in &stats.windows_per_teacher {
+        let _ = writeln!(md, "| · labelled by `{model}` | {n} |");
+    }
     let _ =
         writeln!(md, "| JSON validity (windows) | {} ({} / {}) |", pct(stats.json_validity), stats.windows_parsed, stats.windows_finished);
     let _ = writeln!(md, "| train / valid examples | {} / {} |", stats.train_examples, stats.valid_examples);
@@ -145,7 +156,7 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
     let _ = writeln!(md, "| teacher tokens in / out | {} / {} |", stats.prompt_tokens, stats.completion_tokens);
     let _ = writeln!(
         md,
-        "| teacher time per window | {:.1} s ({:.1} completion tokens/s) |",
+        "| teacher time per window (requests this machine timed; not batch imports) | {:.1} s ({:.1} completion tokens/s) |",
         stats.seconds_per_window, stats.completion_tokens_per_second
     );
     if let Some(cost) = stats.cost_usd {

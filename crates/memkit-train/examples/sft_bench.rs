@@ -3,16 +3,24 @@
 //!
 //! One step = forward, causal-LM cross-entropy over every position, backward, AdamW, on a
 //! SmolLM2-135M-shaped Llama with random weights (throughput does not depend on them). Burn
-//! (flex, and LibTorch when built with `--features tch`) and PyTorch alternate for `--rounds` rounds so background load hits both alike; the table gives
-//! tokens/s per round, the medians and their ratio.
+//! (flex; LibTorch's CPU and CUDA kernels when built with `--features tch`; CubeCL's CUDA with
+//! `--features cuda`) and PyTorch
+//! alternate for `--rounds` rounds so background load hits both alike; the table gives tokens/s
+//! per round, the medians and their ratio, and each engine's loss after the first step: every
+//! engine starts from the same random weights and ids, so the burn backends' losses agree.
 //!
 //! ```text
 //! cargo run -p memkit-train --example sft_bench -- [--batch 4] [--seq 256] [--steps 3]
 //!     [--warmup 1] [--rounds 2] [--python .venv-bench/bin/python] [--config config.json]
+//!     [--backends flex,cuda] [--torch-device cuda]
 //! ```
 //!
 //! `--python` (or `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers
-//! (`just bench-train` makes `.venv-bench`); without one only burn is measured.
+//! (`just bench-train` makes `.venv-bench`); without one only burn is measured. `--backends`
+//! picks among the burn backends of this build (default: the CPU ones; `libtorch-cuda` and
+//! `cuda` need an NVIDIA GPU); `--torch-device` is where PyTorch
+//! runs (default `cpu`). Steps are timed to the device's end of work (`Device::sync`,
+//! `torch.cuda.synchronize`).
 
 // A benchmark program: printing its table is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -43,6 +51,8 @@ struct Args {
     rounds: usize,
     python: Option<PathBuf>,
     config: Option<PathBuf>,
+    backends: Vec<Backend>,
+    torch_device: String,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,7 +60,17 @@ fn parse_args() -> Result<Args, String> {
         let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-bench/bin/python");
         venv.exists().then_some(venv)
     });
-    let mut args = Args { batch: 4, seq: 256, steps: 3, warmup: 1, rounds: 2, python: default_python, config: None };
+    let mut args = Args {
+        batch: 4,
+        seq: 256,
+        steps: 3,
+        warmup: 1,
+        rounds: 2,
+        python: default_python,
+        config: None,
+        backends: Backend::all().into_iter().filter(|b| !b.needs_gpu()).collect(),
+        torch_device: "cpu".into(),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -63,6 +83,8 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => args.rounds = number(value()?)?,
             "--python" => args.python = Some(PathBuf::from(value()?)),
             "--config" => args.config = Some(PathBuf::from(value()?)),
+            "--backends" => args.backends = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--torch-device" => args.torch_device = value()?,
             "-h" | "--help" => {
                 println!(
                     "{}",
@@ -84,8 +106,8 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Tokens per second of burn (flex, autodiff) over `steps` timed steps.
-fn burn_round(backend: Backend, cfg: &Config, args: &Args, seed: u64) -> f64 {
+/// Tokens per second of burn (autodiff) over `steps` timed steps, and the loss of the first step.
+fn burn_round(backend: Backend, cfg: &Config, args: &Args, seed: u64) -> (f64, f32) {
     let device = backend.device().autodiff();
     let model = Model::new(cfg, &random_weights(cfg, seed), Path::new("random"), BuildOptions { lora: None, seed }, &device)
         .expect("random weights fit the config");
@@ -102,18 +124,22 @@ fn burn_round(backend: Backend, cfg: &Config, args: &Args, seed: u64) -> f64 {
     let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [args.batch, args.seq + 1]), &device);
     let inputs = ids.clone().slice([0..args.batch, 0..args.seq]);
     let targets = ids.slice([0..args.batch, 1..args.seq + 1]);
-    let mut seconds = 0.0;
+    let (mut seconds, mut first_loss) = (0.0, f32::NAN);
     for step in 0..args.warmup + args.steps {
         let started = Instant::now();
         let log_probs = log_softmax(model.forward(inputs.clone()), 2);
         let loss = log_probs.gather(2, targets.clone().unsqueeze_dim::<3>(2)).mean().neg();
+        if step == 0 {
+            first_loss = loss.clone().into_scalar::<f32>();
+        }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optimizer.step(1e-4, model, grads);
+        device.sync().expect("the device finishes the step");
         if step >= args.warmup {
             seconds += started.elapsed().as_secs_f64();
         }
     }
-    (args.batch * args.seq * args.steps) as f64 / seconds
+    ((args.batch * args.seq * args.steps) as f64 / seconds, first_loss)
 }
 
 /// Tokens per second of PyTorch + transformers (benches/sft_torch.py) and its engine string.
@@ -124,6 +150,7 @@ fn torch_round(python: &Path, config: &Path, args: &Args) -> Result<(f64, String
         .args(["--config", &config.to_string_lossy()])
         .args(["--batch", &args.batch.to_string(), "--seq", &args.seq.to_string()])
         .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()])
+        .args(["--device", &args.torch_device])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     if !out.status.success() {
@@ -135,7 +162,15 @@ fn torch_round(python: &Path, config: &Path, args: &Args) -> Result<(f64, String
     let tps = v["tokens_per_s"].as_f64().ok_or_else(|| format!("no tokens_per_s in {line}"))?;
     Ok((
         tps,
-        format!("{} (attention {}, {} threads)", v["engine"].as_str().unwrap_or("?"), v["attention"].as_str().unwrap_or("?"), v["threads"]),
+        format!(
+            "{} (attention {}, {})",
+            v["engine"].as_str().unwrap_or("?"),
+            v["attention"].as_str().unwrap_or("?"),
+            match v["device"].as_str() {
+                Some("cpu") | None => format!("{} threads", v["threads"]),
+                Some(device) => device.to_owned(),
+            }
+        ),
     ))
 }
 
@@ -162,12 +197,12 @@ fn main() {
         "SFT step (fwd + bwd + AdamW), {} layers × {} wide, vocab {}, batch {} × {} tokens, {} timed steps after {} warm-up, {} rounds",
         cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, args.batch, args.seq, args.steps, args.warmup, args.rounds
     );
-    let backends = Backend::all();
+    let backends = args.backends.clone();
     let (mut burn, mut torch, mut engine) = (vec![Vec::new(); backends.len()], Vec::new(), None);
     for round in 0..args.rounds {
         for (i, backend) in backends.iter().enumerate() {
-            let b = burn_round(*backend, &cfg, &args, round as u64);
-            println!("round {}: burn {:<8} {b:8.1} tokens/s", round + 1, backend.name());
+            let (b, loss) = burn_round(*backend, &cfg, &args, round as u64);
+            println!("round {}: burn {:<8} {b:8.1} tokens/s (first-step loss {loss:.6})", round + 1, backend.name());
             burn[i].push(b);
         }
         match &args.python {

@@ -57,6 +57,15 @@ pub enum Backend {
     /// LibTorch's CPU kernels through burn-tch (cargo feature `tch`).
     #[cfg(feature = "tch")]
     Libtorch,
+    /// LibTorch's CUDA kernels on GPU 0 (cargo feature `tch`, with a CUDA build of torch and an
+    /// NVIDIA GPU at run time).
+    #[cfg(feature = "tch")]
+    LibtorchCuda,
+    /// burn's CubeCL CUDA runtime on GPU 0 (cargo feature `cuda`): kernels are compiled at run
+    /// time through NVRTC, and the CUDA driver and libraries are found at run time, so the build
+    /// needs no CUDA toolkit.
+    #[cfg(feature = "cuda")]
+    Cuda,
 }
 
 impl Backend {
@@ -65,16 +74,27 @@ impl Backend {
         #[allow(unused_mut)]
         let mut all = vec![Backend::Flex];
         #[cfg(feature = "tch")]
-        all.push(Backend::Libtorch);
+        all.extend([Backend::Libtorch, Backend::LibtorchCuda]);
+        #[cfg(feature = "cuda")]
+        all.push(Backend::Cuda);
         all
     }
 
-    /// Its name in reports (`flex`, `libtorch`).
+    /// Whether it runs only with an NVIDIA GPU.
+    pub fn needs_gpu(self) -> bool {
+        self.name().ends_with("cuda")
+    }
+
+    /// Its name in reports and on the command line (`flex`, `libtorch`, `libtorch-cuda`, `cuda`).
     pub fn name(self) -> &'static str {
         match self {
             Backend::Flex => "flex",
             #[cfg(feature = "tch")]
             Backend::Libtorch => "libtorch",
+            #[cfg(feature = "tch")]
+            Backend::LibtorchCuda => "libtorch-cuda",
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => "cuda",
         }
     }
 
@@ -85,12 +105,17 @@ impl Backend {
             #[cfg(feature = "tch")]
             #[allow(deprecated)] // burn-tch is deprecated in burn 0.22 and still the LibTorch path
             Backend::Libtorch => burn::tensor::Device::libtorch(),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)]
+            Backend::LibtorchCuda => burn::tensor::Device::libtorch_cuda(0),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => burn::tensor::Device::cuda(0),
         }
     }
 }
 
-/// `flex`, or `libtorch` in a build with the `tch` feature; other names (and `libtorch` in a
-/// build without it) are errors that say what this build has.
+/// `flex`, `libtorch` in a build with the `tch` feature, `cuda` in one with the `cuda` feature;
+/// other names (and a backend this build lacks) are errors that say what this build has.
 impl std::str::FromStr for Backend {
     type Err = String;
 
@@ -98,10 +123,15 @@ impl std::str::FromStr for Backend {
         let all = Backend::all();
         all.iter().copied().find(|b| b.name() == name).ok_or_else(|| {
             let have = all.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
-            if name == "libtorch" {
+            if name == "libtorch" || name == "libtorch-cuda" {
                 format!(
-                    "backend libtorch needs a memkit built with the `tch` feature (cargo build -p memkit-cli --features tch, \
+                    "backend {name} needs a memkit built with the `tch` feature (cargo build -p memkit-cli --features tch, \
                      with LibTorch found as `just train-tch` sets up); this build has: {have}"
+                )
+            } else if name == "cuda" {
+                format!(
+                    "backend cuda needs a memkit built with the `cuda` feature (cargo build --release -p memkit-cli --features cuda; \
+                     an NVIDIA driver and CUDA 12 or 13 libraries at run time); this build has: {have}"
                 )
             } else {
                 format!("unknown backend {name:?}; this build has: {have}")
@@ -120,9 +150,11 @@ mod tests {
         for b in Backend::all() {
             assert_eq!(b.name().parse::<Backend>(), Ok(b));
         }
-        let err = "cuda".parse::<Backend>().unwrap_err();
-        assert!(err.contains("unknown backend \"cuda\"") && err.contains("flex"), "{err}");
+        let err = "metal".parse::<Backend>().unwrap_err();
+        assert!(err.contains("unknown backend \"metal\"") && err.contains("flex"), "{err}");
         #[cfg(not(feature = "tch"))]
         assert!("libtorch".parse::<Backend>().unwrap_err().contains("`tch` feature"));
+        #[cfg(not(feature = "cuda"))]
+        assert!("cuda".parse::<Backend>().unwrap_err().contains("`cuda` feature"));
     }
 }

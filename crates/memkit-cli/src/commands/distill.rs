@@ -22,7 +22,8 @@ use crate::progress::Bars;
 /// Examples:
 ///   memkit distill --recipe recipes/distill/lme-filler.toml
 ///   memkit distill --recipe recipes/distill/lme-filler.toml --limit 20
-///   memkit distill --recipe recipes/distill/openai.toml --export-batch batch.jsonl
+///   memkit distill --recipe recipes/distill/lme-filler.toml --teacher-url http://gpu-box:8080/v1 --concurrency 32
+///   memkit distill --recipe recipes/distill/lme-filler.toml --teacher-url http://gpu-box:8080/v1 --export-batch batch.jsonl
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -41,6 +42,19 @@ pub struct Args {
     /// Only rewrite the dataset and stats from the ledger; ask the teacher nothing.
     #[arg(long, conflicts_with_all = ["export_batch", "import_batch"])]
     write_only: bool,
+    /// Ask an OpenAI-compatible server at this URL (with `/v1`: `memkit serve`, llama.cpp's
+    /// `llama-server`, vLLM) instead of the recipe's teacher. A local teacher's model is requested
+    /// by name, so point it at a server that serves the same weights. Finished windows stay; new
+    /// ones record the server as their teacher.
+    #[arg(long, value_name = "URL")]
+    teacher_url: Option<String>,
+    /// Requests in flight with --teacher-url.
+    #[arg(long, default_value_t = 8, requires = "teacher_url")]
+    concurrency: usize,
+    /// Seconds one request may take with --teacher-url before it is retried. A server that takes
+    /// requests in turn (memkit serve on a CPU) needs room for the queue ahead of each one.
+    #[arg(long, default_value_t = 1800, requires = "teacher_url")]
+    timeout: u64,
     /// OpenAI teachers: write the unfinished windows' requests as an OpenAI batch-API JSONL file and stop.
     #[arg(long, value_name = "FILE")]
     export_batch: Option<PathBuf>,
@@ -67,8 +81,13 @@ impl memkit_teacher::Progress for Bar {
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
-    let recipe = DistillRecipe::from_file(&args.recipe)?;
-    let command = format!("memkit distill --recipe {}", args.recipe.display());
+    let mut recipe = DistillRecipe::from_file(&args.recipe)?;
+    let mut command = format!("memkit distill --recipe {}", args.recipe.display());
+    if let Some(url) = &args.teacher_url {
+        anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
+        recipe.teacher = recipe.teacher.served_at(url, args.concurrency, args.timeout);
+        command.push_str(&format!(" --teacher-url {url} --concurrency {}", args.concurrency));
+    }
     let cache_dir = args.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let options = RunOptions { data_dir: args.data_dir.clone(), cache_dir: cache_dir.clone(), limit: args.limit };
     let out_dir = recipe.out_dir();
@@ -135,7 +154,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 
 fn http_teacher(recipe: &DistillRecipe) -> anyhow::Result<HttpTeacher> {
     HttpTeacher::from_spec(&recipe.teacher, recipe.generation.extract_config())
-        .context("--export-batch / --import-batch need an `openai` teacher in the recipe")?
+        .context("--export-batch / --import-batch need an `openai` teacher in the recipe, or --teacher-url")?
         .map_err(Into::into)
 }
 

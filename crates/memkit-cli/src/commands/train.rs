@@ -36,8 +36,10 @@ pub struct Args {
     /// model on the valid split and exports it as the run would (the "before" of a run).
     #[arg(long)]
     max_steps: Option<usize>,
-    /// The CPU backend: `flex` (burn's pure-Rust kernels, always built) or `libtorch` (LibTorch's
-    /// kernels, ~4× faster here; needs a build with the `tch` feature: `just train-tch`).
+    /// The backend: `flex` (burn's pure-Rust CPU kernels, always built), `libtorch` (LibTorch's
+    /// CPU kernels, ~4× faster here) or `libtorch-cuda` (its CUDA kernels on GPU 0), both in a
+    /// build with the `tch` feature (`just train-tch`), or `cuda` (burn's CubeCL runtime on an
+    /// NVIDIA GPU; a build with the `cuda` feature).
     #[arg(long, default_value = "flex")]
     backend: memkit_train::Backend,
 }
