@@ -13,17 +13,14 @@ fn window_ids(lines: &[String]) -> Vec<String> {
     lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["window_id"].as_str().unwrap().to_owned()).collect()
 }
 
-#[test]
-fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
-    let Some(gguf) = common::smollm2() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recipe = dir.path().join("recipe.toml");
-    let windows = 4;
+/// A recipe in `dir` for `windows` small MemoryBank windows labelled by `gguf` one at a time;
+/// returns its path and its output folder.
+fn write_recipe(dir: &std::path::Path, windows: usize, gguf: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (recipe, out) = (dir.join("recipe.toml"), dir.join("out"));
     std::fs::write(
         &recipe,
         format!(
-            "name = \"kill\"\nout_dir = \"{}\"\n[corpus]\nwindows = {windows}\n\
+            "name = \"t\"\nout_dir = \"{}\"\n[corpus]\nwindows = {windows}\n\
              window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}\n\
              [corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
              [teacher]\nkind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1\n[generation]\nmax_tokens = 160\n",
@@ -32,6 +29,15 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
         ),
     )
     .unwrap();
+    (recipe, out)
+}
+
+#[test]
+fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
+    let Some(gguf) = common::smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let windows = 4;
+    let (recipe, out) = write_recipe(dir.path(), windows, &gguf);
     let distill = || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_memkit"));
         command
@@ -95,20 +101,7 @@ fn teacher_url_points_the_same_recipe_at_memkit_serve() {
 
     let Some(gguf) = common::smollm2() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let recipe = dir.path().join("recipe.toml");
-    std::fs::write(
-        &recipe,
-        format!(
-            "name = \"served\"\nout_dir = \"{}\"\n[corpus]\nwindows = 2\n\
-             window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}\n\
-             [corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
-             [teacher]\nkind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1\n[generation]\nmax_tokens = 160\n",
-            out.display(),
-            gguf.display()
-        ),
-    )
-    .unwrap();
+    let (recipe, out) = write_recipe(dir.path(), 2, &gguf);
     let distill = |extra: &[&str], cache: &str| {
         Command::new(env!("CARGO_BIN_EXE_memkit"))
             .args(["--no-progress", "--quiet", "distill", "--recipe"])
