@@ -251,26 +251,13 @@ impl TeacherSpec {
     /// per attempt: a local teacher's model name is sent as the request's model; an `openai`
     /// teacher keeps its key, retries and prices.
     pub fn served_at(&self, base_url: &str, concurrency: usize, timeout_s: u64) -> TeacherSpec {
-        match self {
-            TeacherSpec::Local { model, .. } => TeacherSpec::Openai {
-                base_url: base_url.to_owned(),
-                model: model.clone(),
-                api_key_env: default_api_key_env(),
-                concurrency,
-                timeout_s,
-                max_retries: default_retries(),
-                price: None,
-            },
-            TeacherSpec::Openai { model, api_key_env, max_retries, price, .. } => TeacherSpec::Openai {
-                base_url: base_url.to_owned(),
-                model: model.clone(),
-                api_key_env: api_key_env.clone(),
-                concurrency,
-                timeout_s,
-                max_retries: *max_retries,
-                price: *price,
-            },
-        }
+        let (model, api_key_env, max_retries, price) = match self {
+            TeacherSpec::Local { model, .. } => (model.clone(), default_api_key_env(), default_retries(), None),
+            TeacherSpec::Openai { model, api_key_env, max_retries, price, .. } => {
+                (model.clone(), api_key_env.clone(), *max_retries, *price)
+            }
+        };
+        TeacherSpec::Openai { base_url: base_url.to_owned(), model, api_key_env, concurrency, timeout_s, max_retries, price }
     }
 }
 

@@ -49,7 +49,8 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     teacher_url: Option<String>,
     /// Requests in flight with --teacher-url.
-    #[arg(long, default_value_t = 8, requires = "teacher_url")]
+    #[arg(long, default_value_t = 8, requires = "teacher_url",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     concurrency: usize,
     /// Seconds one request may take with --teacher-url before it is retried. A server that takes
     /// requests in turn (memkit serve on a CPU) needs room for the queue ahead of each one.
@@ -84,7 +85,6 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let mut recipe = DistillRecipe::from_file(&args.recipe)?;
     let mut command = format!("memkit distill --recipe {}", args.recipe.display());
     if let Some(url) = &args.teacher_url {
-        anyhow::ensure!(args.concurrency > 0, "--concurrency must be at least 1");
         recipe.teacher = recipe.teacher.served_at(url, args.concurrency, args.timeout);
         command.push_str(&format!(" --teacher-url {url} --concurrency {}", args.concurrency));
     }
