@@ -80,6 +80,10 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     let parsed = after.len() - common::ledger_lines(&out.join("failures.jsonl")).len();
     assert_eq!(train.lines().count() + valid.lines().count(), parsed);
     assert!(out.join("stats.md").is_file());
+    for name in ["train.parquet", "valid.parquet", "records.parquet"] {
+        let bytes = std::fs::read(out.join(name)).unwrap();
+        assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"), "{name} is a parquet file");
+    }
 }
 
 /// Each window's validated records, by window id.

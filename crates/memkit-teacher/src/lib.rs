@@ -6,8 +6,9 @@
 //! server) and the output folder. [`run::run`] draws the windows in a seeded order, answers what
 //! it can from a content-addressed [`cache`], asks the [`teacher`] for the rest, [`validate`]s
 //! every record and appends each finished window to `ledger.jsonl` (failures to
-//! `failures.jsonl`). [`dataset`] and [`stats`] then write `train.jsonl`, `valid.jsonl`,
-//! `stats.md` and `stats.json` from the ledger.
+//! `failures.jsonl`). [`dataset`], [`frames`] and [`stats`] then write `train.jsonl`,
+//! `valid.jsonl`, their parquet copies, `records.parquet`, `stats.md` and `stats.json` from the
+//! ledger.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ pub mod batch;
 pub mod cache;
 pub mod corpus;
 pub mod dataset;
+pub mod frames;
 pub mod ledger;
 pub mod recipe;
 pub mod run;
@@ -78,6 +80,14 @@ pub enum Error {
         failures: usize,
         /// The teacher.
         teacher: String,
+    },
+    /// A polars frame (a parquet copy, the stats' record table) could not be built or written.
+    #[error("{what}: {source}")]
+    Frame {
+        /// The file or table.
+        what: String,
+        /// Why.
+        source: polars::error::PolarsError,
     },
     /// Data loading failed.
     #[error(transparent)]

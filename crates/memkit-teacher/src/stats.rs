@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+use polars::prelude::{DataFrame, DataType, PolarsResult, SeriesMethods};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Corpus, SourceKind};
 use crate::dataset::{Dataset, windows_per_source};
 use crate::ledger::Status;
 use crate::recipe::Price;
-use crate::{Result, write_atomic};
+use crate::{Error, Result, frames, write_atomic};
 
 /// Everything `stats.md` shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -68,39 +69,27 @@ pub struct Stats {
 }
 
 /// Computes the statistics of `dataset`; `batch` is the teacher's batch size, used for ledger
-/// entries written before wall time was recorded per window.
-pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: usize) -> Stats {
+/// entries written before wall time was recorded per window. The type mix and fill rates are
+/// counted on the same record table as `records.parquet` ([`frames::records`]).
+pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: usize) -> Result<Stats> {
     let entries = &dataset.entries;
     let parsed: Vec<_> = entries.iter().filter(|e| e.status == Status::Ok).collect();
-    let records: Vec<_> = parsed.iter().flat_map(|e| &e.records).collect();
     let mut dropped = BTreeMap::new();
     for d in parsed.iter().flat_map(|e| &e.dropped) {
         *dropped.entry(d.reason.name().to_owned()).or_default() += 1;
     }
     let n_dropped: usize = dropped.values().sum();
-    let mut type_mix = BTreeMap::new();
-    for r in &records {
-        *type_mix.entry(r.dimension.memory_type.to_string()).or_default() += 1;
-    }
+    let table = frames::records(dataset).map_err(|source| Error::Frame { what: "the record table".into(), source })?;
+    let (type_mix, fill_rates) =
+        record_counts(&table).map_err(|source| Error::Frame { what: "counting the record table".into(), source })?;
+    let n_records = table.height();
     let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-    let filled =
-        |f: &dyn Fn(&memkit_schema::ExtractedDimension) -> bool| share(records.iter().filter(|r| f(&r.dimension)).count(), records.len());
-    let fill_rates = [
-        ("time", filled(&|d| !d.time.trim().is_empty())),
-        ("location", filled(&|d| !d.location.trim().is_empty())),
-        ("reason", filled(&|d| !d.reason.trim().is_empty())),
-        ("purpose", filled(&|d| !d.purpose.trim().is_empty())),
-        ("keywords", filled(&|d| !d.keywords.is_empty())),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
     let fresh: Vec<_> = entries.iter().filter(|e| !e.cached && (e.wall_ms > 0 || e.usage.millis > 0)).collect();
     let fresh_ms: u64 = fresh.iter().map(|e| if e.wall_ms > 0 { e.wall_ms } else { e.usage.millis / batch.max(1) as u64 }).sum();
     let fresh_out: usize = fresh.iter().map(|e| e.usage.completion_tokens).sum();
     let prompt_tokens = entries.iter().map(|e| e.usage.prompt_tokens).sum();
     let completion_tokens = entries.iter().map(|e| e.usage.completion_tokens).sum();
-    Stats {
+    Ok(Stats {
         windows_drawn: corpus.windows.len(),
         windows_finished: entries.len(),
         windows_per_source: windows_per_source(entries),
@@ -112,11 +101,11 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         json_validity: share(parsed.len(), entries.len()),
         train_examples: dataset.train.len(),
         valid_examples: dataset.valid.len(),
-        records: records.len(),
-        record_validity: share(records.len(), records.len() + n_dropped),
+        records: n_records,
+        record_validity: share(n_records, n_records + n_dropped),
         dropped,
         empty_windows: parsed.iter().filter(|e| e.records.is_empty()).count(),
-        records_per_window: share(records.len(), parsed.len()),
+        records_per_window: share(n_records, parsed.len()),
         type_mix,
         fill_rates,
         prompt_tokens,
@@ -127,7 +116,28 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         skipped_long: corpus.skipped_long,
         lme_sessions_used: corpus.lme_sessions_used,
         lme_sessions_excluded: corpus.lme_sessions_excluded,
+    })
+}
+
+/// Records per type, and the share of records with each [`frames::DIMENSIONS`] field filled
+/// (non-blank text; at least one keyword).
+fn record_counts(table: &DataFrame) -> PolarsResult<(BTreeMap<String, usize>, BTreeMap<String, f64>)> {
+    let mut type_mix = BTreeMap::new();
+    let counts = table.column("type")?.as_materialized_series().value_counts(false, false, "records".into(), false)?;
+    for (t, n) in counts.column("type")?.str()?.iter().zip(counts.column("records")?.idx()?.iter()) {
+        type_mix.insert(t.unwrap_or_default().to_owned(), n.unwrap_or_default() as usize);
     }
+    let mut fill_rates = BTreeMap::new();
+    for name in frames::DIMENSIONS {
+        let column = table.column(name)?;
+        let filled = match column.dtype() {
+            DataType::List(_) => column.list()?.iter().filter(|k| k.as_ref().is_some_and(|k| !k.is_empty())).count(),
+            _ => column.str()?.iter().filter(|v| v.is_some_and(|v| !v.trim().is_empty())).count(),
+        };
+        let rate = if table.height() == 0 { 0.0 } else { filled as f64 / table.height() as f64 };
+        fill_rates.insert(name.to_owned(), rate);
+    }
+    Ok((type_mix, fill_rates))
 }
 
 /// `stats.md`.

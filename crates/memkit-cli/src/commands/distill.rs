@@ -128,11 +128,12 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 
     let data = dataset::build(&recipe, &corpus)?;
     dataset::write_jsonl(&data, &out_dir)?;
+    memkit_teacher::frames::write(&data, &out_dir)?;
     let batch = match &recipe.teacher {
         TeacherSpec::Local { batch, .. } => *batch,
         TeacherSpec::Openai { .. } => 1,
     };
-    let s = stats::compute(&data, &corpus, price, batch);
+    let s = stats::compute(&data, &corpus, price, batch)?;
     stats::write(&s, &out_dir, &recipe.name, &teacher_id, &command)?;
     memkit_teacher::write_atomic(&out_dir.join("README.md"), readme(&recipe, &s, &teacher_id, &command).as_bytes())?;
     #[allow(clippy::print_stdout)]
@@ -181,7 +182,10 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
          Files: `ledger.jsonl` (every finished window: validated records, dropped records with the reason, tokens and time), \
          `failures.jsonl` (unparsable replies and failed requests, with the reason), `train.jsonl` / `valid.jsonl` \
          (`{{\"window_id\", \"source\", \"messages\": [system, user, assistant]}}`: the extractor prompt exactly as memkit renders \
-         it at inference, and the validated records as compact JSON), `stats.md` / `stats.json`.\n\n\
+         it at inference, and the validated records as compact JSON), `train.parquet` / `valid.parquet` (the same rows, \
+         `messages` as `list<struct<role, content>>`: `datasets.load_dataset(\"parquet\", ...)` reads them), \
+         `records.parquet` (one row per kept record: window, split, source, teacher, `source_id`, content, type and \
+         dimensions), `stats.md` / `stats.json`.\n\n\
          Sources: LongMemEval-S filler sessions (no question's evidence, in no haystack of the evaluation split) and \
          MemoryBank dialogues; never LoCoMo.\n",
         name = recipe.name,
