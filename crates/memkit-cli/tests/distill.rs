@@ -153,3 +153,30 @@ fn teacher_url_points_the_same_recipe_at_memkit_serve() {
     let stats = std::fs::read_to_string(out.join("stats.md")).unwrap();
     assert!(stats.contains("--teacher-url") && stats.contains("| · labelled by `openai:"), "{stats}");
 }
+
+#[test]
+fn threads_is_for_local_teachers_and_at_least_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("served.toml");
+    std::fs::write(
+        &recipe,
+        "name = \"t\"\n[corpus]\nwindows = 1\n[corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
+         [teacher]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let distill = |threads: &str| {
+        Command::new(env!("CARGO_BIN_EXE_memkit"))
+            .args(["--no-progress", "distill", "--recipe"])
+            .arg(&recipe)
+            .args(["--threads", threads])
+            .output()
+            .unwrap()
+    };
+    let served = distill("2");
+    assert!(!served.status.success());
+    let stderr = String::from_utf8_lossy(&served.stderr);
+    assert!(stderr.contains("--threads sets a local teacher") && stderr.contains("served.toml"), "{stderr}");
+    let zero = distill("0");
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--threads"));
+}

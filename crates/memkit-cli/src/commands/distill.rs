@@ -22,6 +22,7 @@ use crate::progress::Bars;
 /// Examples:
 ///   memkit distill --recipe recipes/distill/lme-filler.toml
 ///   memkit distill --recipe recipes/distill/lme-filler.toml --limit 20
+///   memkit distill --recipe recipes/distill/lme-filler.toml --threads 1   # cores shared with a build
 ///   memkit distill --recipe recipes/distill/lme-filler.toml --teacher-url http://gpu-box:8080/v1 --concurrency 32
 ///   memkit distill --recipe recipes/distill/lme-filler.toml --teacher-url http://gpu-box:8080/v1 --export-batch batch.jsonl
 #[derive(Debug, clap::Args)]
@@ -42,6 +43,11 @@ pub struct Args {
     /// Only rewrite the dataset and stats from the ledger; ask the teacher nothing.
     #[arg(long, conflicts_with_all = ["export_batch", "import_batch"])]
     write_only: bool,
+    /// llama.cpp threads of a local teacher, instead of the recipe's `threads` (default: all
+    /// cores). On a machine busy with other work, fewer threads than cores are faster.
+    #[arg(long, conflicts_with = "teacher_url",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    threads: Option<usize>,
     /// Ask an OpenAI-compatible server at this URL (with `/v1`: `memkit serve`, llama.cpp's
     /// `llama-server`, vLLM) instead of the recipe's teacher. A local teacher's model is requested
     /// by name, so point it at a server that serves the same weights. Finished windows stay; new
@@ -84,6 +90,14 @@ impl memkit_teacher::Progress for Bar {
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let mut recipe = DistillRecipe::from_file(&args.recipe)?;
     let mut command = format!("memkit distill --recipe {}", args.recipe.display());
+    if let Some(n) = args.threads {
+        match &mut recipe.teacher {
+            TeacherSpec::Local { threads, .. } => *threads = Some(n),
+            TeacherSpec::Openai { .. } => {
+                anyhow::bail!("--threads sets a local teacher's llama.cpp threads; {} names a server", args.recipe.display())
+            }
+        }
+    }
     if let Some(url) = &args.teacher_url {
         recipe.teacher = recipe.teacher.served_at(url, args.concurrency, args.timeout);
         command.push_str(&format!(" --teacher-url {url} --concurrency {}", args.concurrency));
