@@ -25,6 +25,16 @@ pub enum SourceKind {
     Memorybank,
 }
 
+impl SourceKind {
+    /// The name in JSON, stats and parquet (`longmemeval-s`, `memorybank`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::LongmemevalS => "longmemeval-s",
+            SourceKind::Memorybank => "memorybank",
+        }
+    }
+}
+
 /// A window to label, with its source.
 #[derive(Debug, Clone)]
 pub struct CorpusWindow {
@@ -125,4 +135,16 @@ fn longmemeval_filler(
         }
     }
     (dialogues, used.len(), excluded.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SourceKind;
+
+    #[test]
+    fn source_names_are_the_serde_names() {
+        for kind in [SourceKind::LongmemevalS, SourceKind::Memorybank] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
 }

@@ -18,10 +18,6 @@ use crate::{Error, Result, write_atomic};
 /// The dimension columns of [`records`] whose fill rate the stats report.
 pub const DIMENSIONS: [&str; 5] = ["time", "location", "reason", "purpose", "keywords"];
 
-fn kebab<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
 fn strings(name: &str, values: Vec<String>) -> Column {
     Column::new(name.into(), values)
 }
@@ -41,7 +37,7 @@ pub fn examples(rows: &[Example]) -> PolarsResult<DataFrame> {
         rows.len(),
         vec![
             strings("window_id", rows.iter().map(|r| r.window_id.clone()).collect()),
-            strings("source", rows.iter().map(|r| kebab(&r.source)).collect()),
+            strings("source", rows.iter().map(|r| r.source.as_str().to_owned()).collect()),
             messages.finish().into_column(),
         ],
     )
@@ -69,7 +65,7 @@ pub fn records(dataset: &Dataset) -> PolarsResult<DataFrame> {
         vec![
             column("window_id", &|(e, _)| e.window_id.clone()),
             column("split", &|(e, _)| split.get(e.window_id.as_str()).copied().unwrap_or_default().to_owned()),
-            column("source", &|(e, _)| kebab(&e.source)),
+            column("source", &|(e, _)| e.source.as_str().to_owned()),
             column("teacher", &|(e, _)| e.model.clone()),
             Column::new("source_id".into(), rows.iter().map(|(_, r)| r.source_id).collect::<Vec<u32>>()),
             column("source_speaker", &|(_, r)| r.source_speaker.clone()),

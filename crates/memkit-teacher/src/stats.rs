@@ -149,11 +149,7 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
     let _ = writeln!(md, "| | |\n|---|---|");
     let _ = writeln!(md, "| windows finished / drawn | {} / {} |", stats.windows_finished, stats.windows_drawn);
     for (source, n) in &stats.windows_per_source {
-        let _ = writeln!(
-            md,
-            "| · from {} | {n} |",
-            serde_json::to_value(source).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-        );
+        let _ = writeln!(md, "| · from {} | {n} |", source.as_str());
     }
     for (model, n) in &stats.windows_per_teacher {
         let _ = writeln!(md, "| · labelled by `{model}` | {n} |");
