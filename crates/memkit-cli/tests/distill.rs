@@ -15,7 +15,14 @@ fn window_ids(lines: &[String]) -> Vec<String> {
 
 /// A recipe in `dir` for `windows` small MemoryBank windows labelled by `gguf` one at a time;
 /// returns its path and its output folder.
-fn write_recipe(dir: &std::path::Path, windows: usize, gguf: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+/// A recipe over `windows` MemoryBank windows with the SmolLM2 teacher in-process; `labelling`
+/// is the recipe's `[labelling]` section (empty: the defaults, decomposed for a local teacher).
+fn write_recipe(
+    dir: &std::path::Path,
+    windows: usize,
+    gguf: &std::path::Path,
+    labelling: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     let (recipe, out) = (dir.join("recipe.toml"), dir.join("out"));
     std::fs::write(
         &recipe,
@@ -23,7 +30,7 @@ fn write_recipe(dir: &std::path::Path, windows: usize, gguf: &std::path::Path) -
             "name = \"t\"\nout_dir = \"{}\"\n[corpus]\nwindows = {windows}\n\
              window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}\n\
              [corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
-             [teacher]\nkind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1\n[generation]\nmax_tokens = 160\n",
+             [teacher]\nkind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 1\n{labelling}\n[generation]\nmax_tokens = 160\n",
             out.display(),
             gguf.display()
         ),
@@ -37,7 +44,7 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     let Some(gguf) = common::smollm2() else { return };
     let dir = tempfile::tempdir().unwrap();
     let windows = 4;
-    let (recipe, out) = write_recipe(dir.path(), windows, &gguf);
+    let (recipe, out) = write_recipe(dir.path(), windows, &gguf, "");
     let distill = || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_memkit"));
         command
@@ -74,11 +81,17 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), windows);
-    // The dataset files were written from the ledger.
+    // The dataset files were written from the ledger: one example per whole, complete window.
     let train = std::fs::read_to_string(out.join("train.jsonl")).unwrap();
     let valid = std::fs::read_to_string(out.join("valid.jsonl")).unwrap();
-    let parsed = after.len() - common::ledger_lines(&out.join("failures.jsonl")).len();
-    assert_eq!(train.lines().count() + valid.lines().count(), parsed);
+    let examples = common::ledger_lines(&ledger)
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["status"] == "ok" && e["complete"] == true)
+        .count();
+    assert_eq!(train.lines().count() + valid.lines().count(), examples);
+    let entries: Vec<serde_json::Value> = common::ledger_lines(&ledger).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(entries.iter().all(|e| e["mode"] == "decomposed"), "a local teacher labels in decomposed mode by default");
     assert!(out.join("stats.md").is_file());
     for name in ["train.parquet", "valid.parquet", "records.parquet"] {
         let bytes = std::fs::read(out.join(name)).unwrap();
@@ -105,7 +118,8 @@ fn teacher_url_points_the_same_recipe_at_memkit_serve() {
 
     let Some(gguf) = common::smollm2() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (recipe, out) = write_recipe(dir.path(), 2, &gguf);
+    // Whole windows, no repetition control: what a server decodes, so the records must agree.
+    let (recipe, out) = write_recipe(dir.path(), 2, &gguf, "[labelling]\nmode = \"window\"\navoid_repeats = false");
     let distill = |extra: &[&str], cache: &str| {
         Command::new(env!("CARGO_BIN_EXE_memkit"))
             .args(["--no-progress", "--quiet", "distill", "--recipe"])

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use chrono::NaiveDateTime;
-use memkit_schema::{Dialogue, Role, Session, Turn};
+use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer, Role, Session, Turn};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -64,6 +64,33 @@ impl LocomoSample {
         self.observations.retain(|o| kept.contains(&o.session_id));
         self.questions.retain(|q| !q.evidence_sessions.is_empty() && q.evidence_sessions.iter().all(|s| kept.contains(s)));
         self
+    }
+
+    /// LoCoMo's observations as memory records (type `fact`, no dimensions), each pointing at
+    /// its evidence turns, speaker and session date: a reference extractor.
+    pub fn observation_records(&self) -> Vec<MemoryRecord> {
+        let session_dates: HashMap<&str, String> = self
+            .dialogue
+            .sessions
+            .iter()
+            .map(|s| (s.id.as_str(), s.date.map(|d| d.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default()))
+            .collect();
+        self.observations
+            .iter()
+            .enumerate()
+            .map(|(i, o)| MemoryRecord {
+                id: format!("{}/obs{i}", self.id),
+                content: o.text.clone(),
+                memory_type: MemoryType::Fact,
+                dims: Dimensions::default(),
+                pointer: Pointer {
+                    window_id: format!("{}/{}", self.id, o.session_id),
+                    turn_ids: o.evidence.clone(),
+                    speaker: o.speaker.clone(),
+                    timestamp: session_dates.get(o.session_id.as_str()).cloned().unwrap_or_default(),
+                },
+            })
+            .collect()
     }
 }
 

@@ -28,8 +28,9 @@ mod retriever;
 pub mod rule_extractor;
 pub mod stopping;
 pub mod store;
-pub mod text;
 pub mod update;
 
 pub use error::{Error, Result};
+/// Text normalisation of the lexical routes (memkit-text's `words`).
+pub use memkit_text::words as text;
 pub use retriever::{Hit, Retriever};

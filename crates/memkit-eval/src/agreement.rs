@@ -51,6 +51,10 @@ pub struct Agreement {
     pub content_similarity: f64,
     /// Per field (type, time, location, reason, purpose, keywords): mean agreement on matched pairs.
     pub fields: BTreeMap<String, f64>,
+    /// Per field: agreement summed over matched pairs, per reference record (a field counts
+    /// only where the record was found and the field agrees; `fields` × `recall`).
+    #[serde(default)]
+    pub field_recall: BTreeMap<String, f64>,
 }
 
 /// Compares candidate records with reference records window by window.
@@ -78,6 +82,7 @@ pub fn agreement(pairs: &[WindowPair<'_>]) -> Agreement {
     out.recall = share(out.matched as f64, out.reference_records);
     out.f1 = if out.precision + out.recall > 0.0 { 2.0 * out.precision * out.recall / (out.precision + out.recall) } else { 0.0 };
     out.content_similarity = share(similarity, out.matched);
+    out.field_recall = field_sums.iter().map(|(k, v)| ((*k).to_owned(), share(*v, out.reference_records))).collect();
     out.fields = field_sums.into_iter().map(|(k, v)| (k.to_owned(), share(v, out.matched))).collect();
     out
 }
@@ -190,6 +195,9 @@ mod tests {
         assert_eq!(a.fields["type"], 0.0);
         assert_eq!(a.fields["time"], 1.0);
         assert_eq!(a.fields["keywords"], 0.5);
+        // One of three reference records matched, its keywords half alike: 0.5 / 3.
+        assert!((a.field_recall["keywords"] - 0.5 / 3.0).abs() < 1e-12);
+        assert_eq!(a.field_recall["type"], 0.0);
         assert!(a.content_similarity > 0.5 && a.content_similarity < 1.0);
     }
 

@@ -28,10 +28,10 @@
 
 pub mod agreement;
 mod error;
+pub mod gold;
 pub mod locomo_f1;
 pub mod plot;
 pub mod pointers;
-pub mod porter;
 pub mod qa;
 pub mod recipe;
 pub mod report;
@@ -40,5 +40,7 @@ pub mod runner;
 pub mod tokens;
 
 pub use error::{Error, Result};
+/// NLTK's Porter stemmer (memkit-text), as the official LoCoMo F1 uses it.
+pub use memkit_text::porter;
 pub use report::{CategoryMetrics, MetricsFile, Report, SystemMetrics};
 pub use tokens::TokenCounter;

@@ -35,7 +35,7 @@ use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
-use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer};
+use memkit_schema::{Dialogue, MemoryRecord};
 use serde_json::json;
 
 use crate::pointers::{PointerTally, check_pointers};
@@ -154,32 +154,6 @@ impl Prepared {
     }
 }
 
-fn observation_records(sample: &LocomoSample) -> Vec<MemoryRecord> {
-    let session_dates: HashMap<&str, String> = sample
-        .dialogue
-        .sessions
-        .iter()
-        .map(|s| (s.id.as_str(), s.date.map(|d| d.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default()))
-        .collect();
-    sample
-        .observations
-        .iter()
-        .enumerate()
-        .map(|(i, o)| MemoryRecord {
-            id: format!("{}/obs{i}", sample.id),
-            content: o.text.clone(),
-            memory_type: MemoryType::Fact,
-            dims: Dimensions::default(),
-            pointer: Pointer {
-                window_id: format!("{}/{}", sample.id, o.session_id),
-                turn_ids: o.evidence.clone(),
-                speaker: o.speaker.clone(),
-                timestamp: session_dates.get(o.session_id.as_str()).cloned().unwrap_or_default(),
-            },
-        })
-        .collect()
-}
-
 fn records_for(
     source: &RecordSource,
     rule: RuleExtractorConfig,
@@ -203,7 +177,7 @@ fn records_for(
         RecordSource::RawTurns => raw_turn_records(dialogue),
         RecordSource::Rule => RuleExtractor::new(rule).extract(dialogue),
         RecordSource::Observations => {
-            observation_records(sample.ok_or_else(|| Error::Dataset("observations exist only for LoCoMo".into()))?)
+            LocomoSample::observation_records(sample.ok_or_else(|| Error::Dataset("observations exist only for LoCoMo".into()))?)
         }
     })
 }

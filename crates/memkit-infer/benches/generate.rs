@@ -17,13 +17,13 @@
 //!
 //! ```text
 //! cargo bench -p memkit-infer --bench generate -- [--models smollm2-135m,qwen2.5-coder-0.5b-instruct]
-//!     [--rounds 2] [--decode 64] [--threads N] [--python .venv-bench/bin/python]
+//!     [--rounds 2] [--decode 64] [--threads N] [--python PY]
 //!     [--data-dir ../shared/data]
 //! ```
 //!
 //! Models default to every installed GGUF of the models step; `--python` (or
-//! `MEMKIT_BENCH_PYTHON`, or `.venv-bench/bin/python` when it exists) is an interpreter with
-//! llama-cpp-python; without one only memkit is measured.
+//! `MEMKIT_BENCH_PYTHON`; `just bench-infer` passes the one `just venv` makes) is an interpreter
+//! with llama-cpp-python; without one only memkit is measured.
 
 // A benchmark program: printing its table is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -48,10 +48,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from).or_else(|| {
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-bench/bin/python");
-        venv.exists().then_some(venv)
-    });
+    let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from);
     let gguf_models = [models::SMOLLM2_135M.name, models::QWEN2_5_CODER_0_5B.name, models::QWEN2_5_CODER_1_5B.name];
     let mut args = Args {
         models: gguf_models.iter().map(|m| (*m).to_owned()).collect(),

@@ -187,6 +187,10 @@ pub enum Error {
         message: String,
     },
 
+    /// A chat backend failed on a batch of requests (each request of the batch gets this error).
+    #[error("the chat backend failed: {0}")]
+    Backend(String),
+
     /// A prompt or chat template did not render.
     #[error(transparent)]
     Prompt(#[from] memkit_prompt::Error),

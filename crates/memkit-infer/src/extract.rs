@@ -15,7 +15,7 @@ use std::time::Instant;
 use memkit_data::Window;
 use memkit_prompt::{ChatMessage, ExtractOptions, Prompts};
 use memkit_schema::{
-    ExtractedMemory, ExtractorSchemaOptions, MemoryRecord, Pointer, RecordError, extractor_json_schema, parse_extractor_output,
+    ErrorKind, ExtractedMemory, ExtractorSchemaOptions, MemoryRecord, Pointer, RecordError, extractor_json_schema, parse_extractor_output,
 };
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,9 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Wall-clock milliseconds (for a local batch: prefill and the decode steps it shared).
     pub millis: u64,
+    /// The reply stopped at its `max_tokens` limit, so it is incomplete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hit_max_tokens: bool,
 }
 
 /// What an extractor made of one window.
@@ -46,12 +49,20 @@ pub struct Extraction {
     pub raw: String,
     /// Tokens and time.
     pub usage: Usage,
+    /// What grounding did with each parsed record (empty when it did not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grounding: Vec<crate::ground::Grounded>,
 }
 
 impl Extraction {
-    /// Parses `raw` for `window` and keeps only records from the window's suffix.
+    /// Parses `raw` for `window` and keeps only records from the window's suffix. A reply that
+    /// hit its token limit gets a whole-reply [`ErrorKind::Truncated`] error.
     pub fn from_output(window: &Window, raw: String, usage: Usage) -> Self {
-        let outcome = parse_extractor_output(&raw);
+        let mut outcome = parse_extractor_output(&raw);
+        if usage.hit_max_tokens {
+            let reason = format!("the reply stopped at its token limit after {} tokens", usage.completion_tokens);
+            outcome.errors.insert(0, RecordError { index: None, kind: ErrorKind::Truncated, reason, raw: String::new() });
+        }
         // The parsed records keep their order: the k-th one sits at the k-th position of the
         // `memories` array that did not fail to parse.
         let failed: std::collections::HashSet<usize> = outcome.errors.iter().filter_map(|e| e.index).collect();
@@ -64,15 +75,18 @@ impl Extraction {
                 records.push(record);
                 continue;
             }
-            let reason = if (record.source_id as usize) <= window.context {
-                format!("source_id {} is a context-only message (1..={})", record.source_id, window.context)
+            let (kind, reason) = if (record.source_id as usize) <= window.context {
+                (ErrorKind::ContextSource, format!("source_id {} is a context-only message (1..={})", record.source_id, window.context))
             } else {
-                format!("source_id {} is past the window's {} messages", record.source_id, window.messages.len())
+                (
+                    ErrorKind::SourcePastWindow,
+                    format!("source_id {} is past the window's {} messages", record.source_id, window.messages.len()),
+                )
             };
             let raw = serde_json::to_string(&record).unwrap_or_default();
-            errors.push(RecordError { index, reason, raw });
+            errors.push(RecordError { index, kind, reason, raw });
         }
-        Self { window_id: window.id.clone(), records, errors, raw, usage }
+        Self { window_id: window.id.clone(), records, errors, raw, usage, grounding: Vec::new() }
     }
 
     /// The records as stored memory: ids `<window id>#<n>`, pointers to the source message's
@@ -214,6 +228,7 @@ impl Extractor for OpenAiExtractor {
                     prompt_tokens: counts.prompt_tokens,
                     completion_tokens: counts.completion_tokens,
                     millis: started.elapsed().as_millis() as u64,
+                    hit_max_tokens: response.finish_reason() == Some("length"),
                 };
                 Ok(Extraction::from_output(window, response.content().unwrap_or_default().to_owned(), usage))
             })
@@ -232,8 +247,61 @@ mod local {
     use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, Prompts};
 
     use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages};
-    use crate::generate::{GenerateRequest, Generation, LlamaEngine};
+    use crate::chat::{ChatModel, ChatRequest, Reply};
+    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
     use crate::{Error, Result};
+
+    /// Where texts that all begin alike can be split into a shared prefix and their own rest:
+    /// the end of their longest common start, moved back to just after a line break that is
+    /// followed, in every text, by something other than whitespace (so the prefix ends on a
+    /// token boundary) and leaves every text a non-empty rest. 0 when there is no such place.
+    pub(crate) fn shared_prefix(texts: &[String]) -> usize {
+        let Some(first) = texts.first() else { return 0 };
+        let mut common = first.len();
+        for text in &texts[1..] {
+            common = common.min(first.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count());
+        }
+        let fits = |at: usize| texts.iter().all(|t| t.len() > at && t.is_char_boundary(at) && !t[at..].starts_with(char::is_whitespace));
+        first.as_bytes()[..common]
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|&(_, &b)| b == b'\n')
+            .map(|(i, _)| i + 1)
+            .find(|&at| fits(at))
+            .unwrap_or(0)
+    }
+
+    impl ChatModel for LocalChat {
+        fn id(&self) -> &str {
+            &self.id
+        }
+
+        fn parallel(&self) -> usize {
+            self.batch
+        }
+
+        fn complete(&self, requests: &[ChatRequest]) -> Vec<Result<Reply>> {
+            match LocalChat::complete(self, requests) {
+                Ok(generations) => generations
+                    .into_iter()
+                    .map(|g| {
+                        let usage = Usage {
+                            prompt_tokens: g.prompt_tokens,
+                            completion_tokens: g.completion_tokens,
+                            millis: (g.timings.prefill_ms + g.timings.decode_ms).round() as u64,
+                            hit_max_tokens: g.finish_reason == FinishReason::Length,
+                        };
+                        Ok(Reply { text: g.text, usage })
+                    })
+                    .collect(),
+                Err(e) => {
+                    let message = e.to_string();
+                    requests.iter().map(|_| Err(Error::Backend(message.clone()))).collect()
+                }
+            }
+        }
+    }
 
     /// A chat rendered for llama.cpp: the leading system message (shared by the requests of a
     /// batch, evaluated once) and the rest, ending with the assistant header.
@@ -286,14 +354,18 @@ mod local {
         }
     }
 
-    /// Chats with a GGUF model in-process: any chat rendered with the model's template, the
-    /// leading system turns shared as a cached prefix, decoded in batches, greedily. Calls from
-    /// several threads take turns on the one engine.
+    /// Chats with a GGUF model in-process: any chat rendered with the model's template, decoded
+    /// in batches, greedily, after a shared prefix that the engine evaluates once and keeps
+    /// cached across calls. The prefix of one chat is its system turn; that of several is the
+    /// longest text they all start with, cut at a line break (the system turn and, for the
+    /// groups of one window, the window's conversation). Calls from several threads take turns
+    /// on the one engine.
     #[derive(Debug)]
     pub struct LocalChat {
         id: String,
         engine: Mutex<LlamaEngine>,
         chat: GgufChat,
+        batch: usize,
     }
 
     impl LocalChat {
@@ -302,7 +374,8 @@ mod local {
             let chat = GgufChat::from_engine(&engine)?;
             let path = engine.model_meta()?.path;
             let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-            Ok(Self { id: format!("gguf:{name}"), engine: Mutex::new(engine), chat })
+            let batch = (engine.options().n_seq_max as usize).saturating_sub(1).max(1);
+            Ok(Self { id: format!("gguf:{name}"), engine: Mutex::new(engine), chat, batch })
         }
 
         /// Loads a GGUF sized for `batch` chats at once: one KV sequence per chat plus the
@@ -323,29 +396,34 @@ mod local {
             &self.id
         }
 
-        /// Replies to `chats` (each ends with the user turn), greedily, at most `max_tokens`
-        /// each, constrained to `schema` when given. Chats whose system turns match share them
-        /// as one cached prefix; the others go one at a time.
-        pub fn complete(
-            &self,
-            chats: &[Vec<ChatMessage>],
-            max_tokens: usize,
-            schema: Option<&serde_json::Value>,
-        ) -> Result<Vec<Generation>> {
-            let rendered = chats.iter().map(|m| self.chat.render(m)).collect::<Result<Vec<_>>>()?;
-            let request = |r: &super::RenderedChat| {
-                let request = GenerateRequest::new(r.suffix.as_str()).with_max_tokens(max_tokens);
-                match schema {
-                    Some(schema) => request.with_json_schema(schema.clone()),
-                    None => request,
-                }
+        /// Replies to `requests` (each chat ends with the user turn), greedily, in one batch
+        /// after their shared prefix (see [`LocalChat`]).
+        pub fn complete(&self, requests: &[ChatRequest]) -> Result<Vec<Generation>> {
+            let Some(first) = requests.first() else { return Ok(Vec::new()) };
+            let (prefix, suffixes) = if requests.len() == 1 {
+                let rendered = self.chat.render(&first.messages)?;
+                (rendered.prefix, vec![rendered.suffix])
+            } else {
+                let whole =
+                    requests.iter().map(|r| self.chat.render(&r.messages).map(|c| c.prefix + &c.suffix)).collect::<Result<Vec<_>>>()?;
+                let cut = shared_prefix(&whole);
+                (whole[0][..cut].to_owned(), whole.iter().map(|w| w[cut..].to_owned()).collect())
             };
-            match rendered.first() {
-                Some(first) if rendered.iter().all(|r| r.prefix == first.prefix) => {
-                    self.generate(&first.prefix, &rendered.iter().map(request).collect::<Vec<_>>())
-                }
-                _ => rendered.iter().map(|r| Ok(self.generate(&r.prefix, &[request(r)])?.remove(0))).collect(),
-            }
+            let generate: Vec<GenerateRequest> = requests
+                .iter()
+                .zip(suffixes)
+                .map(|(r, suffix)| {
+                    let mut request = GenerateRequest::new(suffix).with_max_tokens(r.max_tokens);
+                    if let Some(schema) = &r.schema {
+                        request = request.with_json_schema(schema.clone());
+                    }
+                    if r.avoid_repeats {
+                        request = request.with_dry(Dry::default());
+                    }
+                    request
+                })
+                .collect();
+            self.generate(&prefix, &generate)
         }
 
         fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
@@ -396,10 +474,12 @@ mod local {
         }
 
         /// Replies to already rendered extraction chats (system and user messages, e.g. the
-        /// prompts of a distilled dataset), constrained by the schema, in batches after the
-        /// shared system prompt.
+        /// prompts of a distilled dataset), constrained by the schema, in batches after their
+        /// shared prefix.
         pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
-            self.chat.complete(chats, self.config.max_tokens, Some(&self.schema))
+            let requests: Vec<ChatRequest> =
+                chats.iter().map(|c| ChatRequest::new(c.clone(), self.config.max_tokens).with_schema(self.schema.clone())).collect();
+            self.chat.complete(&requests)
         }
     }
 
@@ -418,6 +498,7 @@ mod local {
                         prompt_tokens: g.prompt_tokens,
                         completion_tokens: g.completion_tokens,
                         millis: (g.timings.prefill_ms + g.timings.decode_ms).round() as u64,
+                        hit_max_tokens: g.finish_reason == FinishReason::Length,
                     };
                     Extraction::from_output(window, g.text, usage)
                 })
@@ -467,8 +548,8 @@ mod tests {
         let kept: Vec<u32> = extraction.records.iter().map(|r| r.source_id).collect();
         assert_eq!(kept, [3, 4]);
         assert_eq!(extraction.errors.len(), 3, "{:?}", extraction.errors);
-        assert!(extraction.errors[0].reason.contains("context-only"), "{:?}", extraction.errors);
-        assert!(extraction.errors[2].reason.contains("past the window"), "{:?}", extraction.errors);
+        let kinds: Vec<ErrorKind> = extraction.errors.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [ErrorKind::ContextSource, ErrorKind::ContextSource, ErrorKind::SourcePastWindow]);
         assert_eq!(extraction.raw, raw);
         assert_eq!(extraction.window_id, "d/w1");
         // Each names its record's place in `memories` (None would mean the whole reply failed).

@@ -10,8 +10,12 @@
 //!   [`gguf_tokenizer`], which rebuilds `tokenizer.json` from a GGUF file's tokenizer.
 //! - [`generate`] (feature `llama`): GGUF generation with llama.cpp ([`LlamaEngine`]): prefix
 //!   reuse, batched decoding, JSON-schema constrained decoding, stop strings.
+//! - [`chat`]: the [`ChatModel`](chat::ChatModel) trait (chat requests in, replies out) over a GGUF
+//!   in-process or an OpenAI-compatible server ([`chat::OpenAiChat`]).
 //! - [`extract`]: the [`Extractor`] trait (windows → records) over an OpenAI-compatible
 //!   endpoint ([`OpenAiExtractor`]) or a GGUF in-process ([`extract::LocalExtractor`]).
+//! - [`ground`]: grounding of every extractor's records in the window (re-point, drop the
+//!   unsupported), by term coverage and the embedder's cosine.
 //! - [`openai`]: a blocking OpenAI-compatible chat-completions client with retries.
 //! - [`serve`] (feature `serve`): an OpenAI-compatible server over a local GGUF.
 //!
@@ -48,6 +52,7 @@
 //! The build is CPU-only. Fetching models needs `python3` with pip at run time, not at build
 //! time.
 
+pub mod chat;
 pub mod convert;
 pub mod embed;
 mod error;
@@ -55,6 +60,7 @@ pub mod extract;
 #[cfg(feature = "llama")]
 pub mod generate;
 pub mod gguf_tokenizer;
+pub mod ground;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod models;

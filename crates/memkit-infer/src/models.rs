@@ -230,6 +230,33 @@ const MINILM_FILES: &[ModelFile] = &[
 /// Every model in the registry.
 pub const MODELS: [ModelSpec; 4] = [QWEN2_5_CODER_1_5B, QWEN2_5_CODER_0_5B, SMOLLM2_135M, ALL_MINILM_L6_V2];
 
+/// The models the test suite may load, all fetched by CI (`memkit models fetch tests`, which
+/// reads this list). A test gets one through [`installed_for_tests`], which refuses a model that
+/// is not listed, so a test cannot depend on a model a fresh CI machine does not have.
+pub const TEST_MODELS: [&str; 3] = [ALL_MINILM_L6_V2.name, SMOLLM2_135M.name, QWEN2_5_CODER_0_5B.name];
+
+/// Environment variable that turns a test's skip for a missing model into a failure (CI sets
+/// it to `1` after fetching [`TEST_MODELS`]).
+pub const REQUIRE_MODELS_ENV: &str = "MEMKIT_REQUIRE_MODELS";
+
+/// For tests: where the installed model `name` loads from (see [`locate`]), or `None` when it is
+/// not installed, after a line on stderr saying the test is skipped.
+///
+/// # Panics
+/// When `name` is not in [`TEST_MODELS`] (CI would not have it), or when it is missing and
+/// `MEMKIT_REQUIRE_MODELS=1`.
+#[allow(clippy::print_stderr)]
+pub fn installed_for_tests(name: &str) -> Option<PathBuf> {
+    assert!(TEST_MODELS.contains(&name), "{name} is not in memkit_infer::models::TEST_MODELS, so CI does not fetch it");
+    let path = locate(name);
+    if path.is_none() {
+        let reason = format!("{name} is not installed (memkit models fetch tests)");
+        assert!(std::env::var(REQUIRE_MODELS_ENV).as_deref() != Ok("1"), "{REQUIRE_MODELS_ENV}=1 but {reason}");
+        eprintln!("skipped: {reason}");
+    }
+    path
+}
+
 /// The registered model called `name`.
 pub fn spec(name: &str) -> Result<&'static ModelSpec> {
     MODELS

@@ -187,6 +187,11 @@ impl ChatCompletionResponse {
     pub fn content(&self) -> Option<&str> {
         self.choices.first().map(|c| c.message.content.as_deref().unwrap_or(""))
     }
+
+    /// The first choice's `finish_reason` (`stop`, `length`, …), when the server sent one.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.choices.first().and_then(|c| c.finish_reason.as_deref())
+    }
 }
 
 /// Where and how the client connects.

@@ -393,16 +393,9 @@ fn tiny_llama_round_trips_through_gguf_to_hf() {
     }
 }
 
-/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
-#[allow(clippy::print_stderr)]
+/// The installed SmolLM2 GGUF, or `None` (test skipped); see [`models::installed_for_tests`].
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name));
-    if path.is_none() {
-        let reason = "smollm2-135m is not installed: run the models fetch step or set MEMKIT_SMOLLM2_GGUF";
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
-        eprintln!("skipped: {reason}");
-    }
-    path
+    models::installed_for_tests(models::SMOLLM2_135M.name)
 }
 
 /// Keys that describe the file rather than the model: they may differ after a round trip.
@@ -471,12 +464,8 @@ fn smollm2_round_trip_is_exact() {
 /// Opt-in: it writes ~4 GB of f32 files and takes minutes here.
 #[test]
 #[ignore = "slow: run with --ignored when qwen2.5-coder-0.5b-instruct is installed"]
-#[allow(clippy::print_stderr)]
 fn qwen2_round_trip_is_exact() {
-    let Some(path) = models::locate(models::QWEN2_5_CODER_0_5B.name) else {
-        eprintln!("skipped: qwen2.5-coder-0.5b-instruct is not installed");
-        return;
-    };
+    let Some(path) = models::installed_for_tests(models::QWEN2_5_CODER_0_5B.name) else { return };
     let (_dir, original, q8) = assert_round_trip_exact(&path);
     assert!(original.content.tensor_infos.contains_key("blk.0.attn_q.bias"));
     // Q8_0 tensors of the original come back byte for byte, as for SmolLM2.

@@ -39,19 +39,9 @@ fn golden() -> Golden {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// The installed embedder: `MEMKIT_EMBEDDER_DIR`, else the models directory. `None` (the test
-/// is skipped) when it is not installed, unless `MEMKIT_REQUIRE_MODELS=1`, which CI sets after
-/// fetching it.
-#[allow(clippy::print_stderr)]
+/// The installed embedder, or `None` (test skipped); see [`models::installed_for_tests`].
 fn real_model_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMKIT_EMBEDDER_DIR").map(PathBuf::from).or_else(|| models::locate(models::ALL_MINILM_L6_V2.name));
-    if dir.is_none() {
-        let reason = "all-minilm-l6-v2 is not installed: run the models fetch step or set \
-                      MEMKIT_EMBEDDER_DIR";
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
-        eprintln!("skipped: {reason}");
-    }
-    dir
+    models::installed_for_tests(models::ALL_MINILM_L6_V2.name)
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

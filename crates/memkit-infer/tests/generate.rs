@@ -7,7 +7,7 @@
 //! `shared/STACK.md`. These tests check the engine's own equivalences instead, each of which
 //! fails if sequences, positions, the KV-cache bookkeeping or the per-request state go wrong.
 //!
-//! The model comes from `MEMKIT_SMOLLM2_GGUF` or the models directory (`models::locate`); the
+//! The model comes from the models directory (`models::installed_for_tests`); the
 //! tests are skipped when it is missing, unless `MEMKIT_REQUIRE_MODELS=1`.
 
 #![cfg(feature = "llama")]
@@ -18,17 +18,9 @@ use memkit_infer::generate::{EngineOptions, FinishReason, GenerateError, Generat
 use memkit_infer::{Error, models};
 use memkit_schema::{ExtractorSchemaOptions, extractor_json_schema};
 
-/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
-#[allow(clippy::print_stderr)]
+/// The installed SmolLM2 GGUF, or `None` (test skipped); see [`models::installed_for_tests`].
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name));
-    if path.is_none() {
-        let reason = "smollm2-135m is not installed: run the models fetch step or set \
-                      MEMKIT_SMOLLM2_GGUF";
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
-        eprintln!("skipped: {reason}");
-    }
-    path
+    models::installed_for_tests(models::SMOLLM2_135M.name)
 }
 
 /// Tests run in parallel on a small machine: one llama.cpp thread each, so that they do not

@@ -8,8 +8,6 @@
 
 #![cfg(feature = "llama")]
 
-use std::path::PathBuf;
-
 use memkit_infer::generate::{EngineOptions, LlamaEngine};
 use memkit_infer::gguf_tokenizer::tokenizer_json_from_gguf;
 use memkit_infer::models;
@@ -29,20 +27,8 @@ const TEXTS: &[&str] = &[
     "Καλημέρα κόσμε — привет мир — مرحبا بالعالم — שלום",
 ];
 
-/// The installed model, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
-#[allow(clippy::print_stderr)]
-fn installed(name: &str) -> Option<PathBuf> {
-    let path = models::locate(name);
-    if path.is_none() {
-        let reason = format!("{name} is not installed: run the models fetch step");
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
-        eprintln!("skipped: {reason}");
-    }
-    path
-}
-
 fn check(name: &str, expected_pre: &str) {
-    let Some(path) = installed(name) else { return };
+    let Some(path) = models::installed_for_tests(name) else { return };
     let (tokenizer_json, tokenizer_config) = tokenizer_json_from_gguf(&path).unwrap();
     assert!(tokenizer_config["chat_template"].as_str().is_some_and(|t| t.contains("<|im_start|>")));
     let tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json.to_string()).unwrap();

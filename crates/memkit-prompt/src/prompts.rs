@@ -18,6 +18,11 @@ use crate::{ChatMessages, Error, Result};
 pub enum PromptName {
     /// Window → memory records (`extract.j2`).
     Extract,
+    /// Window and a small group of its messages → their records: the decomposed teacher's job
+    /// (`teach.j2`).
+    Teach,
+    /// Rejected records → the follow-up that names each problem (`repair.j2`).
+    Repair,
     /// Question → parsed query fields (`query.j2`).
     Query,
     /// Window → HingeMem segments (`boundary.j2`).
@@ -32,13 +37,23 @@ pub enum PromptName {
 
 impl PromptName {
     /// All prompts, in a fixed order.
-    pub const ALL: [PromptName; 6] =
-        [PromptName::Extract, PromptName::Query, PromptName::Boundary, PromptName::Update, PromptName::Answer, PromptName::Judge];
+    pub const ALL: [PromptName; 8] = [
+        PromptName::Extract,
+        PromptName::Teach,
+        PromptName::Repair,
+        PromptName::Query,
+        PromptName::Boundary,
+        PromptName::Update,
+        PromptName::Answer,
+        PromptName::Judge,
+    ];
 
     /// The file name, e.g. `extract.j2`.
     pub fn file_name(self) -> &'static str {
         match self {
             PromptName::Extract => "extract.j2",
+            PromptName::Teach => "teach.j2",
+            PromptName::Repair => "repair.j2",
             PromptName::Query => "query.j2",
             PromptName::Boundary => "boundary.j2",
             PromptName::Update => "update.j2",
@@ -51,6 +66,8 @@ impl PromptName {
     pub fn embedded_source(self) -> &'static str {
         match self {
             PromptName::Extract => include_str!("../../../prompts/extract.j2"),
+            PromptName::Teach => include_str!("../../../prompts/teach.j2"),
+            PromptName::Repair => include_str!("../../../prompts/repair.j2"),
             PromptName::Query => include_str!("../../../prompts/query.j2"),
             PromptName::Boundary => include_str!("../../../prompts/boundary.j2"),
             PromptName::Update => include_str!("../../../prompts/update.j2"),
@@ -171,7 +188,7 @@ impl Prompts {
         Self::with_sources(sources)
     }
 
-    fn with_sources(sources: [(PromptName, String); 6]) -> Result<Self> {
+    fn with_sources(sources: [(PromptName, String); 8]) -> Result<Self> {
         let mut env = hf_environment();
         // A misspelt variable in a prompt must fail, not render as nothing.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
@@ -212,6 +229,34 @@ impl Prompts {
                 window => Value::from(Serde(window)),
             },
         )
+    }
+
+    /// The decomposed teacher's prompt: the whole window as the conversation, and records asked
+    /// for the messages numbered `targets` only (the extractor output's `source_id`s).
+    pub fn render_teach(&self, window: &Window, targets: &[u32], options: &ExtractOptions) -> Result<ChatMessages> {
+        let targets: Vec<Value> = targets
+            .iter()
+            .map(|&n| {
+                let speaker = window.message(n).map(|m| m.speaker.as_str()).unwrap_or_default();
+                context! { number => n, speaker => speaker }
+            })
+            .collect();
+        self.render(
+            PromptName::Teach,
+            context! {
+                lines => window.render(),
+                targets => targets,
+                max_memories => options.max_memories,
+                max_keywords => options.max_keywords,
+                window => Value::from(Serde(window)),
+            },
+        )
+    }
+
+    /// The follow-up after a reply whose records were rejected (`repair.j2`), one line per
+    /// problem: the user turn to send after the model's reply.
+    pub fn render_repair(&self, problems: &[String]) -> Result<String> {
+        Ok(self.render(PromptName::Repair, context! { problems => problems.to_vec() })?.user)
     }
 
     /// The query-parsing prompt for a question asked at `date`.

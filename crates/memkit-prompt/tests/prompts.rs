@@ -97,6 +97,38 @@ fn snapshot_extract_window_with_context() {
 }
 
 #[test]
+fn snapshot_teach_one_and_two_messages() {
+    let w = &fixture_windows()[1];
+    let one = prompts().render_teach(w, &[3], &ExtractOptions::default()).unwrap();
+    let two = prompts().render_teach(w, &[3, 4], &ExtractOptions::default()).unwrap();
+    insta::assert_snapshot!(format!("{}\n\n=== two messages ===\n\n{}", show(&one), two.user));
+}
+
+#[test]
+fn teach_requests_of_a_window_share_everything_up_to_the_group() {
+    let prompts = prompts();
+    let w = &fixture_windows()[1];
+    let options = ExtractOptions::default();
+    let a = prompts.render_teach(w, &[3], &options).unwrap();
+    let b = prompts.render_teach(w, &[4], &options).unwrap();
+    assert_eq!(a.system, prompts.render_teach(&fixture_windows()[0], &[1], &options).unwrap().system);
+    // The conversation comes first and whole, the group last, after a blank line.
+    let shared = format!("Conversation:\n{}\n\n", w.render());
+    assert!(a.user.starts_with(&shared) && b.user.starts_with(&shared), "{}", a.user);
+    assert!(a.user[shared.len()..].starts_with("Records for message 3 ("), "{}", a.user);
+}
+
+#[test]
+fn the_repair_lists_each_problem() {
+    let problems = ["\"I love tea.\" speaks as the speaker: name the person.".to_owned(), "second".to_owned()];
+    let repair = prompts().render_repair(&problems).unwrap();
+    assert_eq!(
+        repair,
+        "Some records were rejected:\n- \"I love tea.\" speaks as the speaker: name the person.\n- second\nWrite all the records again, fixed."
+    );
+}
+
+#[test]
 fn snapshot_query() {
     let p = prompts().render_query("What did you recommend for my dog's leash training last week?", Some(at(27, 9, 15))).unwrap();
     insta::assert_snapshot!(show(&p));
@@ -199,6 +231,17 @@ fn example_replies_are_exactly_the_output_types() {
     let update: UpdateVerdict = assert_example_is_exact(&p.render_update(&r, &r).unwrap());
     assert_eq!(update.decision, UpdateAction::Supersede);
     let _: JudgeVerdict = assert_example_is_exact(&p.render_judge("q", "g", "a").unwrap());
+    // Every example reply of the teacher's prompt, the empty one too.
+    let teach = p.render_teach(&ws[0], &[1], &ExtractOptions::default()).unwrap();
+    let examples: Vec<&str> = teach.system.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(examples.len(), 2, "{}", teach.system);
+    for line in examples {
+        let parsed: ExtractorOutput = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), line);
+        for m in &parsed.memories {
+            assert!(m.dimension.time.is_empty() || m.dimension.time.parse::<memkit_schema::TimeSpan>().is_ok());
+        }
+    }
 }
 
 #[test]

@@ -19,6 +19,17 @@ impl Default for ExtractorSchemaOptions {
     }
 }
 
+/// The form of a record's `time` (SPEC §1): empty, a year, a month, a day, or a range of two of
+/// those (`2023`, `2023-05`, `2023-05-20`, `2023-05-01/2023-05-07`). Decoding constrained by the
+/// schema cannot write any other form.
+pub const TIME_PATTERN: &str = "^(DATE(/DATE)?)?$";
+
+/// [`TIME_PATTERN`] with its date spelled out (regex syntax shared by llguidance, OpenAI's
+/// structured outputs and the `regex` crate).
+pub fn time_pattern() -> String {
+    TIME_PATTERN.replace("DATE", "[0-9]{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|3[01]))?)?")
+}
+
 /// The JSON Schema (draft 2020-12 subset that llguidance and OpenAI structured outputs accept) of
 /// `{"memories": [{source_id, source_speaker, content, dimension: {...}}]}`.
 pub fn extractor_json_schema(opts: ExtractorSchemaOptions) -> Value {
@@ -39,7 +50,7 @@ pub fn extractor_json_schema(opts: ExtractorSchemaOptions) -> Value {
                             "type": "object",
                             "properties": {
                                 "memory_type": {"type": "string", "enum": ["fact", "episodic", "profile"]},
-                                "time": text,
+                                "time": {"type": "string", "pattern": time_pattern()},
                                 "location": text,
                                 "reason": text,
                                 "purpose": text,
@@ -82,5 +93,17 @@ mod tests {
             assert!(item["properties"]["dimension"]["properties"].get(k).is_some(), "{k}");
         }
         assert_eq!(s["properties"]["memories"]["maxItems"], 12);
+    }
+
+    #[test]
+    fn the_time_pattern_admits_what_time_spans_parse() {
+        let pattern = regex::Regex::new(&time_pattern()).unwrap();
+        for ok in ["", "2023", "2023-05", "2023-05-20", "2023-05-01/2023-05-07", "2022/2023", "2023-12-31"] {
+            assert!(pattern.is_match(ok), "{ok:?}");
+            assert!(ok.is_empty() || ok.parse::<crate::TimeSpan>().is_ok(), "{ok:?}");
+        }
+        for bad in ["last week", "2023-5-20", "2023-13", "2023-05-32", "2023-05-20T10:00", "May 2023", "2023-05-20 ", "2023/"] {
+            assert!(!pattern.is_match(bad), "{bad:?}");
+        }
     }
 }

@@ -15,10 +15,59 @@ use crate::{ExtractedDimension, ExtractedMemory, MemoryType};
 pub struct RecordError {
     /// Position of the record in the `memories` array; `None` for the whole output.
     pub index: Option<usize>,
-    /// What was wrong.
+    /// What kind of problem it is (callers decide on this, never on `reason`'s text).
+    #[serde(default)]
+    pub kind: ErrorKind,
+    /// What was wrong, for people.
     pub reason: String,
     /// The raw text of the record (cut to 300 characters).
     pub raw: String,
+}
+
+/// The kinds of [`RecordError`]. The first three concern the reply as a whole: a reply with one
+/// of them is incomplete, whatever records could still be read from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// No JSON, or no records array, in the reply (`index: None`).
+    NotJson,
+    /// The reply's JSON is broken; the records before the break were read one by one
+    /// (`index: None`; the unreadable records have errors of their own).
+    BrokenJson,
+    /// The reply stopped at its token limit (`index: None`), or a record is cut off mid-way.
+    Truncated,
+    /// A record that does not fit the schema (a field of the wrong type, a missing field).
+    #[default]
+    Schema,
+    /// A record whose `content` is empty.
+    EmptyContent,
+    /// A record whose `source_id` is a context-only message of the window.
+    ContextSource,
+    /// A record whose `source_id` is past the window's messages.
+    SourcePastWindow,
+    /// A record that no message of the window supports (grounding).
+    Unsupported,
+}
+
+impl ErrorKind {
+    /// The snake-case name used in JSON, ledgers and stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NotJson => "not_json",
+            Self::BrokenJson => "broken_json",
+            Self::Truncated => "truncated",
+            Self::Schema => "schema",
+            Self::EmptyContent => "empty_content",
+            Self::ContextSource => "context_source",
+            Self::SourcePastWindow => "source_past_window",
+            Self::Unsupported => "unsupported",
+        }
+    }
+
+    /// Whether the error makes the whole reply incomplete.
+    pub fn is_whole_reply(self) -> bool {
+        matches!(self, Self::NotJson | Self::BrokenJson | Self::Truncated)
+    }
 }
 
 /// The good records and the per-record errors.
@@ -114,26 +163,40 @@ pub fn parse_extractor_output(text: &str) -> ParseOutcome {
     let mut out = ParseOutcome::default();
     let body = inside_fence(text).filter(|b| b.contains(['{', '['])).unwrap_or(text);
     let Some(open) = body.find(['{', '[']) else {
-        out.errors.push(RecordError { index: None, reason: "no JSON object or array in the output".into(), raw: cut(text, 300) });
+        out.errors.push(RecordError {
+            index: None,
+            kind: ErrorKind::NotJson,
+            reason: "no JSON object or array in the output".into(),
+            raw: cut(text, 300),
+        });
         return out;
     };
     let end = matching_close(body.as_bytes(), open).unwrap_or(body.len());
     let json = strip_trailing_commas(&body[open..end]);
-    let items: Vec<(usize, Result<Value, String>)> = match serde_json::from_str::<Value>(&json) {
+    let items: Vec<(usize, Result<Value, (ErrorKind, String)>)> = match serde_json::from_str::<Value>(&json) {
         Ok(v) => match top_level_items(v) {
             Ok(items) => items.into_iter().enumerate().map(|(i, v)| (i, Ok(v))).collect(),
             Err(reason) => {
-                out.errors.push(RecordError { index: None, reason, raw: cut(&json, 300) });
+                out.errors.push(RecordError { index: None, kind: ErrorKind::NotJson, reason, raw: cut(&json, 300) });
                 return out;
             }
         },
-        Err(e) => salvage_objects(&json, &e.to_string()),
+        Err(e) => {
+            let Some(items) = salvage_objects(&json) else {
+                let reason = format!("output is not valid JSON: {e}");
+                out.errors.push(RecordError { index: None, kind: ErrorKind::NotJson, reason, raw: cut(&json, 300) });
+                return out;
+            };
+            let reason = format!("output is not valid JSON ({e}); the records before the break were read one by one");
+            out.errors.push(RecordError { index: None, kind: ErrorKind::BrokenJson, reason, raw: cut(&json, 300) });
+            items
+        }
     };
     for (index, item) in items {
         let raw = item.as_ref().map(|v| cut(&v.to_string(), 300)).unwrap_or_default();
         match item.and_then(|v| record_from_value(&v)) {
             Ok(r) => out.records.push(r),
-            Err(reason) => out.errors.push(RecordError { index: Some(index), reason, raw }),
+            Err((kind, reason)) => out.errors.push(RecordError { index: Some(index), kind, reason, raw }),
         }
     }
     out
@@ -167,17 +230,17 @@ fn top_level_items(v: Value) -> Result<Vec<Value>, String> {
 }
 
 /// When the whole text does not parse (truncated, or one broken record), read each balanced
-/// `{...}` object inside the records array on its own.
-fn salvage_objects(json: &str, whole_error: &str) -> Vec<(usize, Result<Value, String>)> {
+/// `{...}` object inside the records array on its own; `None` when there is no records array
+/// or nothing in it. A record that does not parse is an error of kind [`ErrorKind::Schema`]
+/// (invalid JSON) or [`ErrorKind::Truncated`] (cut off).
+fn salvage_objects(json: &str) -> Option<Vec<(usize, Result<Value, (ErrorKind, String)>)>> {
     let bytes = json.as_bytes();
     // Records live in the first array after `"memories"`, or in the top-level array.
     let array_start = match json.find("\"memories\"") {
         Some(k) => json[k..].find('[').map(|i| k + i),
         None => json.find('['),
     };
-    let Some(array_start) = array_start else {
-        return vec![(0, Err(format!("output is not valid JSON: {whole_error}")))];
-    };
+    let array_start = array_start?;
     let mut items = Vec::new();
     let mut i = array_start + 1;
     while i < bytes.len() {
@@ -186,12 +249,16 @@ fn salvage_objects(json: &str, whole_error: &str) -> Vec<(usize, Result<Value, S
                 let index = items.len();
                 match matching_close(bytes, i) {
                     Some(end) => {
-                        let parsed = serde_json::from_str::<Value>(&json[i..end]).map_err(|e| format!("record is not valid JSON: {e}"));
+                        let parsed = serde_json::from_str::<Value>(&json[i..end])
+                            .map_err(|e| (ErrorKind::Schema, format!("record is not valid JSON: {e}")));
                         items.push((index, parsed));
                         i = end;
                     }
                     None => {
-                        items.push((index, Err(format!("record is cut off (output truncated): {}", cut(&json[i..], 120)))));
+                        items.push((
+                            index,
+                            Err((ErrorKind::Truncated, format!("record is cut off (output truncated): {}", cut(&json[i..], 120)))),
+                        ));
                         break;
                     }
                 }
@@ -200,10 +267,7 @@ fn salvage_objects(json: &str, whole_error: &str) -> Vec<(usize, Result<Value, S
             _ => i += 1,
         }
     }
-    if items.is_empty() {
-        items.push((0, Err(format!("output is not valid JSON: {whole_error}"))));
-    }
-    items
+    (!items.is_empty()).then_some(items)
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -245,7 +309,16 @@ fn keywords_field(obj: &Map<String, Value>) -> Result<Vec<String>, String> {
     Ok(words.into_iter().map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect())
 }
 
-fn record_from_value(v: &Value) -> Result<ExtractedMemory, String> {
+/// One record, or why not: [`ErrorKind::EmptyContent`], or [`ErrorKind::Schema`] for the rest.
+fn record_from_value(v: &Value) -> Result<ExtractedMemory, (ErrorKind, String)> {
+    let record = record_fields(v).map_err(|reason| (ErrorKind::Schema, reason))?;
+    if record.content.is_empty() {
+        return Err((ErrorKind::EmptyContent, "`content` is empty or missing".into()));
+    }
+    Ok(record)
+}
+
+fn record_fields(v: &Value) -> Result<ExtractedMemory, String> {
     let Value::Object(rec) = v else {
         return Err(format!("record is {}, not an object", kind(v)));
     };
@@ -262,9 +335,6 @@ fn record_from_value(v: &Value) -> Result<ExtractedMemory, String> {
     };
     let source_id = u32::try_from(source_id).map_err(|_| format!("`source_id` {source_id} is out of range"))?;
     let content = text_field(rec, "content")?;
-    if content.is_empty() {
-        return Err("`content` is empty or missing".into());
-    }
     // Dimensions usually sit under `dimension`; some models put them on the record itself.
     let dim = match rec.get("dimension").or_else(|| rec.get("dimensions")) {
         Some(Value::Object(d)) => d,
@@ -299,6 +369,14 @@ mod tests {
     use super::*;
 
     const GOOD: &str = r#"{"source_id": 3, "source_speaker": "Ann", "content": "Ann likes tea.", "dimension": {"memory_type": "profile", "time": "", "location": "", "reason": "", "purpose": "", "keywords": ["tea"]}}"#;
+
+    #[test]
+    fn kind_names_are_the_serde_names() {
+        use ErrorKind::*;
+        for kind in [NotJson, BrokenJson, Truncated, Schema, EmptyContent, ContextSource, SourcePastWindow, Unsupported] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
+        }
+    }
 
     #[test]
     fn plain_output_parses() {
@@ -338,8 +416,8 @@ mod tests {
         assert_eq!(p.records[0].dimension.time, "2021");
         assert_eq!(p.records[0].dimension.keywords, ["move", "Oslo"]);
         assert_eq!(p.records[1].dimension.memory_type, MemoryType::Fact);
-        let idx: Vec<_> = p.errors.iter().map(|e| e.index).collect();
-        assert_eq!(idx, [Some(1), Some(2)]);
+        let idx: Vec<_> = p.errors.iter().map(|e| (e.index, e.kind)).collect();
+        assert_eq!(idx, [(Some(1), ErrorKind::EmptyContent), (Some(2), ErrorKind::Schema)]);
     }
 
     #[test]
@@ -347,15 +425,20 @@ mod tests {
         let text = format!(r#"{{"memories": [{GOOD}, {GOOD}, {{"source_id": 9, "content": "Ann wa"#);
         let p = parse_extractor_output(&text);
         assert_eq!(p.records.len(), 2);
-        assert_eq!(p.errors.len(), 1);
-        assert!(p.errors[0].reason.contains("cut off"), "{}", p.errors[0].reason);
+        // The reply as a whole is broken, and its last record is cut off.
+        let kinds: Vec<_> = p.errors.iter().map(|e| (e.index, e.kind)).collect();
+        assert_eq!(kinds, [(None, ErrorKind::BrokenJson), (Some(2), ErrorKind::Truncated)]);
+        assert!(p.errors.iter().any(|e| e.kind.is_whole_reply() && e.index.is_none()));
     }
 
     #[test]
     fn no_json_is_one_whole_output_error() {
         let p = parse_extractor_output("I cannot find any memories.");
         assert!(p.records.is_empty());
-        assert_eq!(p.errors[0].index, None);
+        assert_eq!((p.errors[0].index, p.errors[0].kind), (None, ErrorKind::NotJson));
+        // Broken JSON with nothing to salvage is one whole-output error, not a record error.
+        let p = parse_extractor_output(r#"{"memories": [oops"#);
+        assert_eq!(p.errors.iter().map(|e| (e.index, e.kind)).collect::<Vec<_>>(), [(None, ErrorKind::NotJson)]);
     }
 
     proptest::proptest! {
@@ -375,6 +458,10 @@ mod tests {
             let cut_at = full.char_indices().map(|(i, _)| i).nth(n).unwrap_or(full.len());
             let p = parse_extractor_output(&full[..cut_at]);
             proptest::prop_assert!(p.records.len() <= 2);
+            // A reply cut anywhere before its end is known to be incomplete.
+            if cut_at < full.len() {
+                proptest::prop_assert!(p.errors.iter().any(|e| e.index.is_none() && e.kind.is_whole_reply()), "{:?}", p.errors);
+            }
             for r in &p.records {
                 proptest::prop_assert_eq!(&r.content, "Ann likes tea.");
             }

@@ -108,7 +108,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::new(dir.path());
         assert_eq!(cache.get(&k).unwrap(), None);
-        let entry = Entry { model: "m".into(), raw: "{}".into(), usage: Usage { prompt_tokens: 3, completion_tokens: 1, millis: 9 } };
+        let entry = Entry {
+            model: "m".into(),
+            raw: "{}".into(),
+            usage: Usage { prompt_tokens: 3, completion_tokens: 1, millis: 9, hit_max_tokens: false },
+        };
         cache.put(&k, &entry).unwrap();
         assert_eq!(cache.get(&k).unwrap(), Some(entry));
         std::fs::write(cache.path(&k), b"{not json").unwrap();

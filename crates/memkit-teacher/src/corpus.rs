@@ -23,6 +23,9 @@ pub enum SourceKind {
     LongmemevalS,
     /// MemoryBank.
     Memorybank,
+    /// A dialogue file labelled outside distillation (`memkit extract` with a teacher): never
+    /// training data.
+    Other,
 }
 
 impl SourceKind {
@@ -31,6 +34,7 @@ impl SourceKind {
         match self {
             SourceKind::LongmemevalS => "longmemeval-s",
             SourceKind::Memorybank => "memorybank",
+            SourceKind::Other => "other",
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The SFT dataset of a run: `train.jsonl` / `valid.jsonl` rows of `messages` (system, user,
 //! assistant = the compact JSON of the validated records), split by dialogue so no dialogue is
-//! in both, written from the ledger (the source of truth) after every run.
+//! in both, written from the ledger (the source of truth) after every run. Only windows whose
+//! replies were whole and whose target is complete become examples: the student never learns to
+//! leave out what the teacher found.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,6 +42,8 @@ pub struct Dataset {
     pub entries: Vec<Entry>,
     /// Ledger entries of windows the recipe no longer draws (left out of the dataset).
     pub stale: usize,
+    /// Finished windows left out because a record the teacher found was dropped.
+    pub incomplete: usize,
 }
 
 /// Builds the dataset from the ledger in `recipe`'s output folder.
@@ -47,17 +51,20 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     let out_dir = recipe.out_dir();
     let mut done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
     let prompts = Prompts::embedded()?;
-    let config = recipe.generation.extract_config();
     let ratios = SplitRatios { train: 1.0 - recipe.output.valid_share, valid: recipe.output.valid_share, test: 0.0 };
     let mut dataset = Dataset::default();
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
         // Checks added after a window was labelled apply to it too (they are idempotent).
-        let mut checked = Validated { records: std::mem::take(&mut entry.records), dropped: std::mem::take(&mut entry.dropped) };
+        let mut checked =
+            Validated { records: std::mem::take(&mut entry.records), dropped: std::mem::take(&mut entry.dropped), time_fixes: 0 };
         checked.drop_duplicates();
         (entry.records, entry.dropped) = (checked.records, checked.dropped);
-        if entry.status == Status::Ok {
-            let mut chat = messages(&prompts, &w.window, &config)?;
+        if entry.status == Status::Ok && !entry.complete {
+            dataset.incomplete += 1;
+        }
+        if entry.status == Status::Ok && entry.complete {
+            let mut chat = messages(&prompts, &w.window, &recipe.generation)?;
             let reply = ExtractorOutput { memories: entry.records.clone() };
             chat.push(ChatMessage::assistant(serde_json::to_string(&reply).expect("plain data")));
             let example = Example { window_id: w.window.id.clone(), source: w.source, messages: chat };

@@ -135,6 +135,7 @@ mod tests {
                 entry("lme-s/b/w2", "longmemeval-s", serde_json::json!([trip])),
             ],
             stale: 0,
+            incomplete: 0,
         }
     }
 

@@ -9,11 +9,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use memkit_infer::extract::Usage;
-use memkit_schema::ExtractedMemory;
+use memkit_infer::ground::Grounded;
+use memkit_schema::{ErrorKind, ExtractedMemory};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::SourceKind;
+use crate::label::Repair;
+use crate::recipe::Mode;
 use crate::validate::Dropped;
 use crate::{Error, Result};
 
@@ -23,7 +26,7 @@ use crate::{Error, Result};
 pub enum Status {
     /// The reply parsed; `records` passed validation (possibly none).
     Ok,
-    /// The reply was not JSON with a `memories` array (see failures.jsonl).
+    /// A reply was not whole: not JSON, broken JSON, or cut off (see failures.jsonl).
     Unparsable,
 }
 
@@ -40,6 +43,9 @@ pub struct Entry {
     pub key: String,
     /// How it ended.
     pub status: Status,
+    /// For [`Status::Unparsable`]: what was wrong with the reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ErrorKind>,
     /// Records that passed validation.
     pub records: Vec<ExtractedMemory>,
     /// Records that did not, with the reason.
@@ -54,6 +60,37 @@ pub struct Entry {
     /// Whether the reply came from the cache.
     #[serde(default)]
     pub cached: bool,
+    /// How the teacher was asked (absent in entries written before decomposed labelling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Requests made for the window, repairs included.
+    #[serde(default)]
+    pub requests: usize,
+    /// New messages the prefilter skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<u32>,
+    /// Re-asks and whether they fixed the reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<Repair>,
+    /// Grounding of every parsed record: the model's `source_id`, the final one, the decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grounding: Vec<Grounded>,
+    /// Times rewritten to their one exact normal form.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub time_fixes: usize,
+    /// Whether the records are the teacher's whole finding (no record lost to a fault of its
+    /// form); only complete windows become training examples. Entries written before this field
+    /// existed count as complete.
+    #[serde(default = "yes")]
+    pub complete: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One failed window.
@@ -63,6 +100,10 @@ pub struct Failure {
     pub window_id: String,
     /// The teacher's model id.
     pub model: String,
+    /// What kind of failure: a whole-reply error kind (`not_json`, `broken_json`, `truncated`),
+    /// or none for a failed request (the backend's error is in `reason`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ErrorKind>,
     /// What went wrong.
     pub reason: String,
     /// The raw reply, when there was one.

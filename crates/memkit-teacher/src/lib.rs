@@ -3,12 +3,14 @@
 //!
 //! A [`recipe::DistillRecipe`] names the corpus (LongMemEval-S filler sessions and MemoryBank;
 //! never LoCoMo), the teacher (a local GGUF through memkit-infer, or any OpenAI-compatible
-//! server) and the output folder. [`run::run`] draws the windows in a seeded order, answers what
-//! it can from a content-addressed [`cache`], asks the [`teacher`] for the rest, [`validate`]s
-//! every record and appends each finished window to `ledger.jsonl` (failures to
-//! `failures.jsonl`). [`dataset`], [`frames`] and [`stats`] then write `train.jsonl`,
-//! `valid.jsonl`, their parquet copies, `records.parquet`, `stats.md` and `stats.json` from the
-//! ledger.
+//! server), how it is asked ([`label`]: a whole window, or a few messages at a time, the default
+//! for a local teacher) and the output folder. [`run::run`] draws the windows in a seeded order,
+//! answers what it can from a content-addressed [`cache`], asks the [`teacher`] for the rest,
+//! re-asks replies with first-person records once, assembles the group replies into one window
+//! target, grounds every record in the window (memkit-infer's `ground`), [`validate`]s it and
+//! appends each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
+//! [`frames`] and [`stats`] then write `train.jsonl`, `valid.jsonl` (complete windows only), their
+//! parquet copies, `records.parquet`, `stats.md` and `stats.json` from the ledger.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +19,7 @@ pub mod cache;
 pub mod corpus;
 pub mod dataset;
 pub mod frames;
+pub mod label;
 pub mod ledger;
 pub mod recipe;
 pub mod run;
@@ -26,7 +29,7 @@ pub mod validate;
 
 pub use recipe::DistillRecipe;
 pub use run::{Progress, RunOptions, RunSummary, run};
-pub use teacher::{HttpTeacher, LocalTeacher, Teacher};
+pub use teacher::Teacher;
 
 /// Errors of distillation, each naming the file, line or window at fault.
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use memkit_data::{SplitRatios, WindowConfig};
 use memkit_infer::ExtractConfig;
+use memkit_infer::ground::GroundingConfig;
 use memkit_schema::ExtractorSchemaOptions;
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,12 @@ pub struct DistillRecipe {
     pub corpus: CorpusSpec,
     /// Who labels the windows.
     pub teacher: TeacherSpec,
+    /// How the teacher is asked: a whole window at once, or a few messages at a time.
+    #[serde(default)]
+    pub labelling: LabellingSpec,
+    /// Grounding of the teacher's records in the window (re-point, drop the unsupported).
+    #[serde(default)]
+    pub grounding: GroundingConfig,
     /// Caps of the prompt, the output schema and decoding.
     #[serde(default)]
     pub generation: GenerationSpec,
@@ -142,6 +149,52 @@ pub enum TeacherSpec {
         #[serde(default)]
         price: Option<Price>,
     },
+}
+
+/// How the teacher labels a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The whole window in one request, with the extraction prompt the student learns
+    /// (`extract.j2`): for strong endpoint teachers.
+    Window,
+    /// A few new messages per request (`teach.j2`), the window as context, the source ids fixed
+    /// by the schema; the replies are assembled into one window target. The default for local
+    /// teachers: a small model does well when its job is small.
+    Decomposed,
+}
+
+/// How the teacher is asked, and what is done with its replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LabellingSpec {
+    /// `window` or `decomposed`; default: decomposed for a local teacher, window for a server.
+    pub mode: Option<Mode>,
+    /// New messages per request in decomposed mode (1 to 3).
+    pub group: usize,
+    /// Decomposed mode: skip messages with nothing to remember (greetings, thanks, reactions,
+    /// a photo without words) without asking the teacher.
+    pub prefilter: bool,
+    /// Ask once more, naming the problem, when records come back in the first person.
+    pub repair: bool,
+    /// Damp repeats inside a reply (llama.cpp's DRY sampler; local teachers).
+    pub avoid_repeats: bool,
+}
+
+impl Default for LabellingSpec {
+    fn default() -> Self {
+        Self { mode: None, group: 2, prefilter: true, repair: true, avoid_repeats: true }
+    }
+}
+
+impl LabellingSpec {
+    /// The mode, resolved for `teacher`.
+    pub fn mode_for(&self, teacher: &TeacherSpec) -> Mode {
+        self.mode.unwrap_or(match teacher {
+            TeacherSpec::Local { .. } => Mode::Decomposed,
+            TeacherSpec::Openai { .. } => Mode::Window,
+        })
+    }
 }
 
 /// US dollars per million tokens.
@@ -292,6 +345,9 @@ impl DistillRecipe {
             return bad(format!("corpus.longmemeval_s.eval_share = {} must be in [0, 1)", lme.eval_share));
         }
         self.corpus.window.validate().map_err(|e| Error::Recipe { path: PathBuf::new(), message: format!("corpus.window: {e}") })?;
+        if !(1..=3).contains(&self.labelling.group) {
+            return bad(format!("labelling.group = {} must be 1, 2 or 3 messages per request", self.labelling.group));
+        }
         if !(0.0..1.0).contains(&self.output.valid_share) {
             return bad(format!("output.valid_share = {} must be in [0, 1)", self.output.valid_share));
         }

@@ -1,20 +1,24 @@
-//! The distillation loop: draw the windows, skip the finished ones, answer from the cache what
-//! it holds, ask the teacher for the rest a batch at a time, validate, and append to the
-//! ledgers as each batch finishes.
+//! The distillation loop: draw the windows, skip the finished ones, plan each window's requests
+//! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest, re-ask
+//! replies with first-person records once, assemble, ground, validate, and append each finished
+//! window to the ledgers as soon as it is done.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use memkit_data::Window;
-use memkit_infer::{ExtractConfig, Extraction};
+use memkit_infer::chat::ChatRequest;
+use memkit_infer::extract::Usage;
+use memkit_infer::ground::Grounder;
 use memkit_prompt::{ChatMessage, Prompts};
 
 use crate::cache::{self, Cache};
 use crate::corpus::{self, Corpus, CorpusWindow};
+use crate::label::{self, Plan, Repair};
 use crate::ledger::{self, Entry, Failure, Ledger, Status};
-use crate::recipe::{DistillRecipe, GenerationSpec};
+use crate::recipe::{DistillRecipe, GenerationSpec, LabellingSpec, Mode};
 use crate::teacher::Teacher;
-use crate::validate::{unparsable, validate};
+use crate::validate::{validate, whole_failure};
 use crate::{Error, Result};
 
 /// Backend failures in a row after which the run stops (the teacher is down).
@@ -53,13 +57,13 @@ pub struct RunSummary {
     pub windows: usize,
     /// Finished before this run.
     pub already_done: usize,
-    /// Finished in this run with a parsable reply.
+    /// Finished in this run with whole replies.
     pub labelled: usize,
-    /// Finished in this run with an unparsable reply.
+    /// Finished in this run with a reply that was not whole (not JSON, broken, cut off).
     pub unparsable: usize,
-    /// Of those finished in this run, answered from the cache.
+    /// Of those finished in this run, answered from the cache alone.
     pub from_cache: usize,
-    /// Windows whose request failed in this run (not finished; retried next run).
+    /// Windows whose requests failed in this run (not finished; retried next run).
     pub backend_failures: usize,
 }
 
@@ -78,20 +82,217 @@ pub fn failures_path(out_dir: &Path) -> PathBuf {
 struct Params<'a> {
     generation: &'a GenerationSpec,
     temperature: f32,
+    // Absent when off, so keys written before repetition control existed stay valid.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    avoid_repeats: bool,
 }
 
-/// Renders the extraction messages of a window (the cache key's input, and the SFT prompt).
-pub fn messages(prompts: &Prompts, window: &Window, config: &ExtractConfig) -> Result<Vec<ChatMessage>> {
-    Ok(prompts.render_extract(window, &config.prompt_options())?.to_messages())
+/// The extraction messages of a window as the student sees them: system and user of
+/// `extract.j2` (the SFT prompt, and the window-mode teacher's request).
+pub fn messages(prompts: &Prompts, window: &Window, generation: &GenerationSpec) -> Result<Vec<ChatMessage>> {
+    Ok(prompts.render_extract(window, &generation.extract_config().prompt_options())?.to_messages())
 }
 
-/// The cache key of a window's request.
-pub fn cache_key(model: &str, messages: &[ChatMessage], generation: &GenerationSpec) -> String {
-    cache::key(model, messages, &Params { generation, temperature: 0.0 })
+/// The cache key of a request.
+pub fn cache_key(model: &str, messages: &[ChatMessage], generation: &GenerationSpec, avoid_repeats: bool) -> String {
+    cache::key(model, messages, &Params { generation, temperature: 0.0, avoid_repeats })
+}
+
+/// A reply with its usage, and whether it came from the cache.
+type Answer = ((String, Usage), bool);
+
+/// Replies to `requests` from the cache where it has them, from the teacher otherwise, in one
+/// call (a local teacher batches them after their shared prefix; a server takes them
+/// `concurrency` at a time), stored in the cache as they come. `Err` per request is a backend
+/// failure.
+fn ask(teacher: &Teacher, cache: &Cache, requests: &[(&ChatRequest, &str)]) -> Result<Vec<std::result::Result<Answer, String>>> {
+    let mut out: Vec<Option<std::result::Result<Answer, String>>> = Vec::with_capacity(requests.len());
+    for (_, key) in requests {
+        out.push(cache.get(key)?.map(|e| Ok(((e.raw, e.usage), true))));
+    }
+    let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
+    if !missing.is_empty() {
+        let asked: Vec<ChatRequest> = missing.iter().map(|&i| requests[i].0.clone()).collect();
+        for (&i, result) in missing.iter().zip(teacher.complete(&asked)) {
+            out[i] = Some(match result {
+                Ok(reply) => {
+                    let entry = cache::Entry { model: teacher.id().to_owned(), raw: reply.text.clone(), usage: reply.usage };
+                    cache.put(requests[i].1, &entry)?;
+                    Ok(((reply.text, reply.usage), false))
+                }
+                Err(reason) => Err(reason),
+            });
+        }
+    }
+    Ok(out.into_iter().map(|r| r.expect("every request answered")).collect())
+}
+
+/// One window on its way through [`label_windows`].
+struct Labelling<'a> {
+    window: &'a CorpusWindow,
+    plan: Plan,
+    replies: Vec<(String, Usage)>,
+    all_cached: bool,
+    requests: usize,
+    repairs: Vec<Repair>,
+    /// A backend failure: the window stays unfinished.
+    failed: Option<String>,
+}
+
+/// What labelling one window gave: its ledger entry (and its failure, for a reply that was not
+/// whole), or `Err(reason)` when a request failed (the window stays unfinished).
+pub type Labelled = (String, std::result::Result<(Entry, Option<Failure>), String>);
+
+/// Labels planned windows together (their requests in one call, their re-asks in a second):
+/// asks, re-asks, assembles, grounds and validates. Also what `memkit extract` runs for a
+/// teacher.
+pub fn label_windows(
+    chunk: Vec<(&CorpusWindow, Plan)>,
+    labelling: &LabellingSpec,
+    generation: &GenerationSpec,
+    teacher: &Teacher,
+    cache: &Cache,
+    prompts: &Prompts,
+    grounder: &Grounder,
+) -> Result<Vec<Labelled>> {
+    let started = Instant::now();
+    let mut work: Vec<Labelling<'_>> = chunk
+        .into_iter()
+        .map(|(window, plan)| Labelling {
+            window,
+            requests: plan.asks.len(),
+            plan,
+            replies: Vec::new(),
+            all_cached: true,
+            repairs: Vec::new(),
+            failed: None,
+        })
+        .collect();
+    let requests: Vec<(&ChatRequest, &str)> = work.iter().flat_map(|l| l.plan.asks.iter().map(|a| (&a.request, a.key.as_str()))).collect();
+    let mut answers = ask(teacher, cache, &requests)?.into_iter();
+    for l in &mut work {
+        for _ in 0..l.plan.asks.len() {
+            match answers.next().expect("one answer per request") {
+                Ok((reply, cached)) => {
+                    l.all_cached &= cached;
+                    l.replies.push(reply);
+                }
+                Err(reason) => l.failed = Some(reason),
+            }
+        }
+    }
+
+    // One re-ask of each reply whose records speak in the first person.
+    if labelling.repair {
+        let mut follow_ups = Vec::new();
+        for (i, l) in work.iter().enumerate().filter(|(_, l)| l.failed.is_none()) {
+            for (k, ask) in l.plan.asks.iter().enumerate() {
+                let problems = label::problems(&l.window.window, &l.replies[k].0);
+                if !problems.is_empty() {
+                    let request = label::repair_request(ask, &l.replies[k].0, &problems, prompts)?;
+                    let key = cache_key(teacher.id(), &request.messages, generation, request.avoid_repeats);
+                    follow_ups.push((i, k, request, key, problems));
+                }
+            }
+        }
+        let requests: Vec<(&ChatRequest, &str)> = follow_ups.iter().map(|(_, _, r, key, _)| (r, key.as_str())).collect();
+        for ((i, k, _, _, problems), result) in follow_ups.iter().zip(ask(teacher, cache, &requests)?) {
+            let l = &mut work[*i];
+            let ((text, usage), cached) = match result {
+                Ok(reply) => reply,
+                Err(reason) => {
+                    l.failed = Some(reason);
+                    continue;
+                }
+            };
+            l.all_cached &= cached;
+            l.requests += 1;
+            let whole = whole_failure(&memkit_infer::Extraction::from_output(&l.window.window, text.clone(), usage)).is_none();
+            let fixed = whole && label::problems(&l.window.window, &text).is_empty();
+            // Both replies' costs count; the second replaces the first only when it fixed it.
+            let spent = l.replies[*k].1;
+            if fixed {
+                l.replies[*k] = (text, add_usage(spent, usage));
+            } else {
+                l.replies[*k].1 = add_usage(spent, Usage { hit_max_tokens: false, ..usage });
+            }
+            l.repairs.push(Repair { targets: l.plan.asks[*k].targets.clone(), problems: problems.clone(), fixed });
+        }
+    }
+
+    let wall_ms = started.elapsed().as_millis() as u64 / work.len().max(1) as u64;
+    let mut out = Vec::with_capacity(work.len());
+    for l in work {
+        let id = l.window.window.id.clone();
+        if let Some(reason) = l.failed {
+            out.push((id, Err(reason)));
+            continue;
+        }
+        out.push((id, Ok(finish(l, wall_ms, teacher, grounder)?)));
+    }
+    Ok(out)
+}
+
+/// Assembles, grounds and validates one window's replies into its ledger entry (and its
+/// failure, for a reply that was not whole).
+fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, grounder: &Grounder) -> Result<(Entry, Option<Failure>)> {
+    let w = l.window;
+    let plan = &l.plan;
+    let mut extraction = label::assemble(&w.window, plan, &l.replies);
+    let mut entry = Entry {
+        window_id: w.window.id.clone(),
+        source: w.source,
+        model: teacher.id().to_owned(),
+        key: plan.asks.first().map(|a| a.key.clone()).unwrap_or_default(),
+        status: Status::Ok,
+        failure: None,
+        records: Vec::new(),
+        dropped: Vec::new(),
+        usage: extraction.usage,
+        wall_ms: if l.all_cached { 0 } else { wall_ms },
+        cached: l.all_cached,
+        mode: Some(plan.mode),
+        requests: l.requests,
+        skipped: plan.skipped.clone(),
+        repairs: l.repairs,
+        grounding: Vec::new(),
+        time_fixes: 0,
+        complete: false,
+    };
+    if let Some((kind, reason)) = whole_failure(&extraction) {
+        entry.status = Status::Unparsable;
+        entry.failure = Some(kind);
+        let failure =
+            Failure { window_id: entry.window_id.clone(), model: entry.model.clone(), kind: Some(kind), reason, raw: extraction.raw };
+        return Ok((entry, Some(failure)));
+    }
+    grounder.ground(&w.window, &mut extraction)?;
+    let validated = validate(&w.window, &extraction);
+    entry.complete = validated.complete();
+    entry.time_fixes = validated.time_fixes;
+    entry.records = validated.records;
+    entry.dropped = validated.dropped;
+    entry.grounding = extraction.grounding;
+    Ok((entry, None))
+}
+
+fn add_usage(a: Usage, b: Usage) -> Usage {
+    Usage {
+        prompt_tokens: a.prompt_tokens + b.prompt_tokens,
+        completion_tokens: a.completion_tokens + b.completion_tokens,
+        millis: a.millis + b.millis,
+        hit_max_tokens: a.hit_max_tokens || b.hit_max_tokens,
+    }
 }
 
 /// Labels the recipe's windows that are not finished yet.
-pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, progress: &dyn Progress) -> Result<(Corpus, RunSummary)> {
+pub fn run(
+    recipe: &DistillRecipe,
+    options: &RunOptions,
+    teacher: &Teacher,
+    grounder: &Grounder,
+    progress: &dyn Progress,
+) -> Result<(Corpus, RunSummary)> {
     let corpus = corpus::select(&recipe.corpus, &options.data_dir)?;
     let out_dir = recipe.out_dir();
     let done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
@@ -99,12 +300,16 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
     let mut summary =
         RunSummary { windows: corpus.windows.len(), already_done: corpus.windows.len() - pending.len(), ..RunSummary::default() };
     let pending = &pending[..options.limit.map_or(pending.len(), |l| l.min(pending.len()))];
+    let mode = recipe.labelling.mode_for(&recipe.teacher);
     tracing::info!(
         windows = summary.windows,
         done = summary.already_done,
         this_run = pending.len(),
         skipped_long = corpus.skipped_long,
         teacher = teacher.id(),
+        ?mode,
+        grounding = grounder.config().enabled,
+        embedder = grounder.embeds(),
         "distilling"
     );
 
@@ -112,44 +317,23 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
     let mut failures = Ledger::open(&failures_path(&out_dir))?;
     let cache = Cache::new(&options.cache_dir);
     let prompts = Prompts::embedded()?;
-    let config = recipe.generation.extract_config();
     progress.start(summary.windows as u64, summary.already_done as u64);
     let started = Instant::now();
     let mut failures_in_a_row = 0;
-    for chunk in pending.chunks(teacher.parallel().max(1)) {
-        let keys = chunk
+    // A decomposed window's requests share its conversation as one prefix, so windows go one
+    // at a time; whole windows share only the system turn and go a batch at a time.
+    let per_call = if mode == Mode::Decomposed { 1 } else { teacher.parallel() };
+    for windows in pending.chunks(per_call) {
+        let chunk = windows
             .iter()
-            .map(|w| Ok(cache_key(teacher.id(), &messages(&prompts, &w.window, &config)?, &recipe.generation)))
+            .map(|w| Ok((*w, label::plan(&w.window, mode, &recipe.labelling, &recipe.generation, &prompts, teacher.id())?)))
             .collect::<Result<Vec<_>>>()?;
-        let mut results: Vec<Option<(std::result::Result<Extraction, String>, bool)>> = Vec::with_capacity(chunk.len());
-        for (w, key) in chunk.iter().zip(&keys) {
-            results.push(cache.get(key)?.map(|e| (Ok(Extraction::from_output(&w.window, e.raw, e.usage)), true)));
-        }
-        let missing: Vec<usize> = (0..chunk.len()).filter(|&i| results[i].is_none()).collect();
-        let asked = Instant::now();
-        if !missing.is_empty() {
-            let windows: Vec<Window> = missing.iter().map(|&i| chunk[i].window.clone()).collect();
-            for (&i, result) in missing.iter().zip(teacher.label(&windows)) {
-                if let Ok(extraction) = &result {
-                    let entry = cache::Entry { model: teacher.id().to_owned(), raw: extraction.raw.clone(), usage: extraction.usage };
-                    cache.put(&keys[i], &entry)?;
-                }
-                results[i] = Some((result, false));
-            }
-        }
-        let wall_ms = (asked.elapsed().as_millis() as u64) / missing.len().max(1) as u64;
-        for ((w, key), result) in chunk.iter().zip(keys).zip(results) {
-            let (result, cached) = result.expect("every window has a result");
-            let extraction = match result {
-                Ok(extraction) => extraction,
+        for (id, result) in label_windows(chunk, &recipe.labelling, &recipe.generation, teacher, &cache, &prompts, grounder)? {
+            let (entry, failure) = match result {
+                Ok(done) => done,
                 Err(reason) => {
-                    tracing::warn!(window = %w.window.id, %reason, "teacher request failed; the window is retried next run");
-                    failures.append(&Failure {
-                        window_id: w.window.id.clone(),
-                        model: teacher.id().to_owned(),
-                        reason,
-                        raw: String::new(),
-                    })?;
+                    tracing::warn!(window = %id, %reason, "teacher request failed; the window is retried next run");
+                    failures.append(&Failure { window_id: id, model: teacher.id().to_owned(), kind: None, reason, raw: String::new() })?;
                     summary.backend_failures += 1;
                     failures_in_a_row += 1;
                     if failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
@@ -160,34 +344,18 @@ pub fn run(recipe: &DistillRecipe, options: &RunOptions, teacher: &dyn Teacher, 
                 }
             };
             failures_in_a_row = 0;
-            let mut entry = Entry {
-                window_id: w.window.id.clone(),
-                source: w.source,
-                model: teacher.id().to_owned(),
-                key,
-                status: Status::Ok,
-                records: Vec::new(),
-                dropped: Vec::new(),
-                usage: extraction.usage,
-                wall_ms: if cached { 0 } else { wall_ms },
-                cached,
-            };
-            if let Some(reason) = unparsable(&extraction) {
-                entry.status = Status::Unparsable;
-                failures.append(&Failure { window_id: w.window.id.clone(), model: entry.model.clone(), reason, raw: extraction.raw })?;
+            if let Some(failure) = &failure {
+                failures.append(failure)?;
                 summary.unparsable += 1;
             } else {
-                let validated = validate(&w.window, &extraction);
-                entry.records = validated.records;
-                entry.dropped = validated.dropped;
                 summary.labelled += 1;
             }
-            summary.from_cache += usize::from(cached);
+            summary.from_cache += usize::from(entry.cached);
             ledger.append(&entry)?;
         }
         let finished = summary.labelled + summary.unparsable;
         let per_window = started.elapsed().as_secs_f64() / finished.max(1) as f64;
-        progress.advance(chunk.len() as u64, &format!("{finished} labelled, {:.0} s/window", per_window));
+        progress.advance(windows.len() as u64, &format!("{finished} labelled, {per_window:.0} s/window"));
     }
     progress.finish();
     Ok((corpus, summary))

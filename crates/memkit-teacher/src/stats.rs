@@ -8,6 +8,8 @@ use std::path::Path;
 use polars::prelude::{DataFrame, DataType, PolarsResult, SeriesMethods};
 use serde::{Deserialize, Serialize};
 
+use memkit_infer::ground::GroundingTally;
+
 use crate::corpus::{Corpus, SourceKind};
 use crate::dataset::{Dataset, windows_per_source};
 use crate::ledger::Status;
@@ -27,8 +29,39 @@ pub struct Stats {
     /// the same weights in-process and behind a server, say).
     #[serde(default)]
     pub windows_per_teacher: BTreeMap<String, usize>,
+    /// Finished windows per labelling mode (`window`, `decomposed`; `window` for entries written
+    /// before the mode was recorded).
+    #[serde(default)]
+    pub windows_per_mode: BTreeMap<String, usize>,
     /// Finished windows whose reply parsed.
     pub windows_parsed: usize,
+    /// Whole-reply failures per kind (`not_json`, `broken_json`, `truncated`).
+    #[serde(default)]
+    pub failures: BTreeMap<String, usize>,
+    /// Parsed windows left out of the dataset because a record the teacher found was dropped.
+    #[serde(default)]
+    pub windows_incomplete: usize,
+    /// Teacher requests made (repairs included).
+    #[serde(default)]
+    pub requests: usize,
+    /// New messages the prefilter skipped, and the new messages of the finished windows.
+    #[serde(default)]
+    pub messages_skipped: usize,
+    /// New (non-assistant) messages of the parsed windows.
+    #[serde(default)]
+    pub messages: usize,
+    /// Re-asks, and how many fixed their reply.
+    #[serde(default)]
+    pub repairs: usize,
+    /// Re-asks that fixed their reply.
+    #[serde(default)]
+    pub repairs_fixed: usize,
+    /// Times rewritten to their exact normal form.
+    #[serde(default)]
+    pub time_fixes: usize,
+    /// Grounding decisions over the parsed windows' records.
+    #[serde(default)]
+    pub grounding: GroundingTally,
     /// `windows_parsed / windows_finished`.
     pub json_validity: f64,
     /// Examples in train / valid.
@@ -74,6 +107,12 @@ pub struct Stats {
 pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: usize) -> Result<Stats> {
     let entries = &dataset.entries;
     let parsed: Vec<_> = entries.iter().filter(|e| e.status == Status::Ok).collect();
+    let windows: std::collections::HashMap<&str, &memkit_data::Window> =
+        corpus.windows.iter().map(|w| (w.window.id.as_str(), &w.window)).collect();
+    let mut failures = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.status != Status::Ok) {
+        *failures.entry(e.failure.map_or("unknown", |k| k.name()).to_owned()).or_default() += 1;
+    }
     let mut dropped = BTreeMap::new();
     for d in parsed.iter().flat_map(|e| &e.dropped) {
         *dropped.entry(d.reason.name().to_owned()).or_default() += 1;
@@ -97,7 +136,28 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
             *m.entry(e.model.clone()).or_default() += 1;
             m
         }),
+        windows_per_mode: entries.iter().fold(BTreeMap::new(), |mut m, e| {
+            let mode = match e.mode {
+                Some(crate::recipe::Mode::Decomposed) => "decomposed",
+                _ => "window",
+            };
+            *m.entry(mode.to_owned()).or_default() += 1;
+            m
+        }),
         windows_parsed: parsed.len(),
+        failures,
+        windows_incomplete: dataset.incomplete,
+        requests: entries.iter().map(|e| e.requests.max(1)).sum(),
+        messages_skipped: parsed.iter().map(|e| e.skipped.len()).sum(),
+        messages: parsed
+            .iter()
+            .filter_map(|e| windows.get(e.window_id.as_str()))
+            .map(|w| w.suffix().iter().filter(|m| m.role != memkit_schema::Role::Assistant).count())
+            .sum(),
+        repairs: parsed.iter().map(|e| e.repairs.len()).sum(),
+        repairs_fixed: parsed.iter().flat_map(|e| &e.repairs).filter(|r| r.fixed).count(),
+        time_fixes: parsed.iter().map(|e| e.time_fixes).sum(),
+        grounding: GroundingTally::of(parsed.iter().flat_map(|e| &e.grounding)),
         json_validity: share(parsed.len(), entries.len()),
         train_examples: dataset.train.len(),
         valid_examples: dataset.valid.len(),
@@ -156,7 +216,32 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
     }
     let _ =
         writeln!(md, "| JSON validity (windows) | {} ({} / {}) |", pct(stats.json_validity), stats.windows_parsed, stats.windows_finished);
+    for (mode, n) in &stats.windows_per_mode {
+        let _ = writeln!(md, "| · labelled in {mode} mode | {n} |");
+    }
+    for (kind, n) in &stats.failures {
+        let _ = writeln!(md, "| · reply not whole: {kind} | {n} |");
+    }
     let _ = writeln!(md, "| train / valid examples | {} / {} |", stats.train_examples, stats.valid_examples);
+    let _ = writeln!(md, "| windows left out: a record the teacher found was dropped | {} |", stats.windows_incomplete);
+    let _ = writeln!(md, "| teacher requests (re-asks included) | {} |", stats.requests);
+    if stats.messages > 0 {
+        let _ = writeln!(
+            md,
+            "| new messages skipped by the prefilter | {} of {} ({}) |",
+            stats.messages_skipped,
+            stats.messages,
+            pct(stats.messages_skipped as f64 / stats.messages as f64)
+        );
+    }
+    let _ = writeln!(md, "| re-asks (first-person records) / fixed | {} / {} |", stats.repairs, stats.repairs_fixed);
+    let _ = writeln!(md, "| times normalised (exact forms) | {} |", stats.time_fixes);
+    let g = &stats.grounding;
+    let _ = writeln!(
+        md,
+        "| grounding: kept / re-pointed / unsupported / restating context | {} / {} / {} / {} |",
+        g.kept, g.repointed, g.unsupported, g.context
+    );
     let _ = writeln!(md, "| records kept | {} ({} of records passed validation) |", stats.records, pct(stats.record_validity));
     let _ = writeln!(md, "| records per window | {:.2} ({} windows with none) |", stats.records_per_window, stats.empty_windows);
     let _ = writeln!(md, "| teacher tokens in / out | {} / {} |", stats.prompt_tokens, stats.completion_tokens);

@@ -1,46 +1,54 @@
-//! Teacher backends behind one trait: a GGUF model in-process (memkit-infer's
-//! [`LocalExtractor`]: prefix-cached system prompt, batched, schema-constrained) and any
-//! OpenAI-compatible server ([`OpenAiExtractor`]: retries with backoff and jitter, timeouts,
-//! `response_format` JSON schema), several requests in flight.
+//! The teacher: a chat model behind memkit-infer's [`ChatModel`] trait, a GGUF in-process
+//! ([`LocalChat`](memkit_infer::extract::LocalChat): prefix-cached, batched, schema-constrained)
+//! or any OpenAI-compatible server ([`OpenAiChat`]: retries with backoff and jitter, timeouts,
+//! `response_format` JSON schema, several requests in flight), with its prices.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memkit_data::Window;
+use memkit_infer::chat::{ChatModel, ChatRequest, OpenAiChat, Reply};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
-use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
 
 use crate::recipe::{Price, TeacherSpec};
 use crate::{Error, Result};
 
-/// Labels windows.
-pub trait Teacher: Send + Sync {
-    /// The model id (part of the cache key).
-    fn id(&self) -> &str;
-    /// Windows worth handing over in one call (the batch, or the requests in flight).
-    fn parallel(&self) -> usize;
-    /// One result per window, in order; an `Err` is a backend failure (timeout, HTTP error,
-    /// engine error), never bad model output.
-    fn label(&self, windows: &[Window]) -> Vec<std::result::Result<Extraction, String>>;
-    /// Prices for the cost estimate, if known.
-    fn price(&self) -> Option<Price> {
-        None
+/// Labels windows: a chat model and what it costs.
+pub struct Teacher {
+    model: Box<dyn ChatModel>,
+    price: Option<Price>,
+}
+
+impl std::fmt::Debug for Teacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Teacher").field("model", &self.model.id()).field("price", &self.price).finish()
     }
 }
 
-/// A GGUF teacher in-process.
-#[derive(Debug)]
-pub struct LocalTeacher {
-    extractor: memkit_infer::extract::LocalExtractor,
-    batch: usize,
-}
+impl Teacher {
+    /// A teacher over any chat model.
+    pub fn new(model: Box<dyn ChatModel>, price: Option<Price>) -> Self {
+        Self { model, price }
+    }
 
-impl LocalTeacher {
-    /// Loads `model` (a packaged model name or a `.gguf` path).
-    pub fn load(model: &str, threads: Option<usize>, batch: usize, n_ctx: Option<u32>, config: ExtractConfig) -> Result<Self> {
-        let path = resolve_model(model)?;
-        let extractor = memkit_infer::extract::LocalExtractor::load(&path, batch, threads, n_ctx, config)?;
-        Ok(Self { extractor, batch })
+    /// The model id (part of every cache key).
+    pub fn id(&self) -> &str {
+        self.model.id()
+    }
+
+    /// Requests worth handing over in one call.
+    pub fn parallel(&self) -> usize {
+        self.model.parallel().max(1)
+    }
+
+    /// One result per request; an `Err` is a backend failure (timeout, HTTP error, engine
+    /// error), never bad model output.
+    pub fn complete(&self, requests: &[ChatRequest]) -> Vec<std::result::Result<Reply, String>> {
+        self.model.complete(requests).into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
+    }
+
+    /// Prices for the cost estimate, if known.
+    pub fn price(&self) -> Option<Price> {
+        self.price
     }
 }
 
@@ -54,86 +62,20 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     memkit_infer::models::locate(model).ok_or_else(|| Error::ModelMissing { model: model.to_owned() })
 }
 
-impl Teacher for LocalTeacher {
-    fn id(&self) -> &str {
-        self.extractor.id()
-    }
-    fn parallel(&self) -> usize {
-        self.batch
-    }
-    fn label(&self, windows: &[Window]) -> Vec<std::result::Result<Extraction, String>> {
-        match self.extractor.extract(windows) {
-            Ok(extractions) => extractions.into_iter().map(Ok).collect(),
-            Err(e) => windows.iter().map(|_| Err(e.to_string())).collect(),
-        }
-    }
-}
-
-/// An OpenAI-compatible teacher.
-#[derive(Debug)]
-pub struct HttpTeacher {
-    extractor: OpenAiExtractor,
-    concurrency: usize,
-    price: Option<Price>,
-}
-
-impl HttpTeacher {
-    /// A client for `config` with `concurrency` requests in flight.
-    pub fn new(config: OpenAiConfig, concurrency: usize, price: Option<Price>, extract: ExtractConfig) -> Result<Self> {
-        Ok(Self { extractor: OpenAiExtractor::new(OpenAiClient::new(config), extract)?, concurrency, price })
-    }
-
-    /// The client an `openai` recipe teacher describes; `None` for another kind of teacher.
-    pub fn from_spec(spec: &TeacherSpec, extract: ExtractConfig) -> Option<Result<Self>> {
-        let TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } = spec else {
-            return None;
-        };
-        let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
-        config.api_key_env.clone_from(api_key_env);
-        config.timeout = Duration::from_secs(*timeout_s);
-        config.max_retries = *max_retries;
-        Some(Self::new(config, *concurrency, *price, extract))
-    }
-
-    /// The extractor (for batch-API request building).
-    pub fn extractor(&self) -> &OpenAiExtractor {
-        &self.extractor
-    }
-}
-
-impl Teacher for HttpTeacher {
-    fn id(&self) -> &str {
-        self.extractor.id()
-    }
-    fn parallel(&self) -> usize {
-        self.concurrency
-    }
-    fn label(&self, windows: &[Window]) -> Vec<std::result::Result<Extraction, String>> {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = windows
-                .iter()
-                .map(|w| {
-                    scope.spawn(move || self.extractor.extract(std::slice::from_ref(w)).map(|mut v| v.remove(0)).map_err(|e| e.to_string()))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h.join() {
-                    Ok(result) => result,
-                    Err(_) => Err("the request thread panicked".to_owned()),
-                })
-                .collect()
-        })
-    }
-    fn price(&self) -> Option<Price> {
-        self.price
-    }
-}
-
-/// Builds the teacher a recipe names.
-pub fn from_spec(spec: &TeacherSpec, extract: ExtractConfig) -> Result<Box<dyn Teacher>> {
+/// Builds the teacher a recipe names; `max_tokens` sizes a local model's KV cache.
+pub fn from_spec(spec: &TeacherSpec, max_tokens: usize) -> Result<Teacher> {
     Ok(match spec {
-        TeacherSpec::Local { model, threads, batch, n_ctx } => Box::new(LocalTeacher::load(model, *threads, *batch, *n_ctx, extract)?),
-        TeacherSpec::Openai { .. } => Box::new(HttpTeacher::from_spec(spec, extract).expect("an openai teacher")?),
+        TeacherSpec::Local { model, threads, batch, n_ctx } => {
+            let path = resolve_model(model)?;
+            let chat = memkit_infer::extract::LocalChat::load(&path, *batch, *threads, *n_ctx, max_tokens)?;
+            Teacher::new(Box::new(chat), None)
+        }
+        TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } => {
+            let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
+            config.api_key_env.clone_from(api_key_env);
+            config.timeout = Duration::from_secs(*timeout_s);
+            config.max_retries = *max_retries;
+            Teacher::new(Box::new(OpenAiChat::new(OpenAiClient::new(config), *concurrency)), *price)
+        }
     })
 }

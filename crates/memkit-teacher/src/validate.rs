@@ -1,13 +1,21 @@
 //! Validation and filtering of teacher records (SPEC §3). Every dropped record is counted by
 //! reason and kept (reason + raw) in the ledger, so nothing bad reaches the training set
-//! silently and nothing is lost.
+//! silently and nothing is lost. Reasons come from the parser's and grounding's typed errors
+//! ([`ErrorKind`]) and from the checks here, never from the text of a message.
+//!
+//! A window is a training example only when its target is complete ([`Validated::complete`]):
+//! no record the teacher found was dropped for a fault of its form (first person, a bad time, a
+//! wrong speaker, a broken field). Duplicates, records no message supports and records that
+//! restate a context message are not something the teacher found, so dropping them leaves the
+//! target complete.
 
 use std::collections::BTreeMap;
 
 use chrono::Duration;
 use memkit_data::Window;
 use memkit_infer::Extraction;
-use memkit_schema::{ExtractedMemory, Role, TimeSpan};
+use memkit_schema::{ErrorKind, ExtractedMemory, Role, TimeSpan};
+use memkit_text::person::first_person;
 use serde::{Deserialize, Serialize};
 
 /// Why a record was dropped.
@@ -33,9 +41,18 @@ pub enum DropReason {
     TimeFormat,
     /// `time` starts more than a year after the source message was written.
     TimeAfterMessage,
-    /// The same content as an earlier record of the window (small teachers loop).
+    /// The same content as an earlier record of the window, or nearly (content token F1 ≥
+    /// [`NEAR_DUPLICATE_F1`]): small teachers loop.
     Duplicate,
+    /// No message of the window supports the content (grounding).
+    Unsupported,
+    /// A record cut off mid-way (the reply is incomplete).
+    Truncated,
 }
+
+/// Content token F1 (LoCoMo's, [`memkit_text::f1::f1_score`]) at which two records of a window
+/// count as one.
+pub const NEAR_DUPLICATE_F1: f64 = 0.8;
 
 impl DropReason {
     /// The snake-case name used in ledgers and stats.
@@ -51,7 +68,28 @@ impl DropReason {
             Self::TimeFormat => "time_format",
             Self::TimeAfterMessage => "time_after_message",
             Self::Duplicate => "duplicate",
+            Self::Unsupported => "unsupported",
+            Self::Truncated => "truncated",
         }
+    }
+
+    /// Whether the record was something the teacher found, lost through a fault of its form:
+    /// a target without it is partial. Duplicates, unsupported records and restatements of a
+    /// context message are not.
+    pub fn loses_a_finding(self) -> bool {
+        !matches!(self, Self::Duplicate | Self::Unsupported | Self::ContextMessage)
+    }
+
+    fn of(kind: ErrorKind) -> Option<Self> {
+        Some(match kind {
+            ErrorKind::NotJson | ErrorKind::BrokenJson => return None,
+            ErrorKind::Truncated => Self::Truncated,
+            ErrorKind::Schema => Self::Schema,
+            ErrorKind::EmptyContent => Self::EmptyContent,
+            ErrorKind::ContextSource => Self::ContextMessage,
+            ErrorKind::SourcePastWindow => Self::BadSourceId,
+            ErrorKind::Unsupported => Self::Unsupported,
+        })
     }
 }
 
@@ -71,9 +109,17 @@ pub struct Validated {
     pub records: Vec<ExtractedMemory>,
     /// Records that failed, with the first failed check.
     pub dropped: Vec<Dropped>,
+    /// Times rewritten to their one exact normal form ([`crate::label::normalise_time`]).
+    #[serde(default)]
+    pub time_fixes: usize,
 }
 
 impl Validated {
+    /// Whether no record the teacher found was lost ([`DropReason::loses_a_finding`]).
+    pub fn complete(&self) -> bool {
+        !self.dropped.iter().any(|d| d.reason.loses_a_finding())
+    }
+
     /// Dropped records per reason.
     pub fn drop_counts(&self) -> BTreeMap<DropReason, usize> {
         let mut counts = BTreeMap::new();
@@ -84,36 +130,29 @@ impl Validated {
     }
 }
 
-/// Whether the reply as a whole failed: not JSON, or no `memories` array.
-pub fn unparsable(extraction: &Extraction) -> Option<String> {
-    extraction.errors.iter().find(|e| e.index.is_none() && !is_source_error(&e.reason)).map(|e| e.reason.clone())
-}
-
-fn is_source_error(reason: &str) -> bool {
-    reason.starts_with("source_id ")
+/// Why a reply as a whole failed: not JSON, broken JSON, cut off at the token limit, or a record
+/// cut off mid-way. Such a reply is never a training example, whatever records it still holds.
+pub fn whole_failure(extraction: &Extraction) -> Option<(ErrorKind, String)> {
+    extraction.errors.iter().find(|e| e.kind.is_whole_reply()).map(|e| (e.kind, e.reason.clone()))
 }
 
 /// Checks each record of `extraction` against `window`.
 pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
     let mut out = Validated::default();
     for error in &extraction.errors {
-        let reason = if error.reason.contains("context-only") {
-            DropReason::ContextMessage
-        } else if error.reason.contains("past the window") {
-            DropReason::BadSourceId
-        } else if error.index.is_none() {
-            continue; // a whole-output failure, see `unparsable`
-        } else if error.reason.contains("`content` is empty") {
-            DropReason::EmptyContent
-        } else {
-            DropReason::Schema
-        };
-        out.dropped.push(Dropped { reason, raw: error.raw.clone() });
+        if let Some(reason) = DropReason::of(error.kind) {
+            out.dropped.push(Dropped { reason, raw: error.raw.clone() });
+        }
     }
     for record in &extraction.records {
-        match check(window, record) {
-            None => out.records.push(record.clone()),
-            Some(reason) => out.dropped.push(Dropped { reason, raw: serde_json::to_string(record).expect("plain data") }),
+        let mut record = record.clone();
+        if let Some(time) = crate::label::normalise_time(&record.dimension.time) {
+            record.dimension.time = time;
+            out.time_fixes += 1;
+        }
+        match check(window, &record) {
+            None => out.records.push(record),
+            Some(reason) => out.dropped.push(Dropped { reason, raw: serde_json::to_string(&record).expect("plain data") }),
         }
     }
     out.drop_duplicates();
@@ -121,17 +160,16 @@ pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
 }
 
 impl Validated {
-    /// Drops records whose content (case and spacing aside) repeats an earlier one's.
-    /// Idempotent, so the dataset builder applies it again to older ledger entries.
+    /// Drops records whose content nearly repeats an earlier kept one's (token F1 ≥
+    /// [`NEAR_DUPLICATE_F1`]). Idempotent, so the dataset builder applies it again to older
+    /// ledger entries.
     pub fn drop_duplicates(&mut self) {
-        let mut seen = std::collections::HashSet::new();
         let records = std::mem::take(&mut self.records);
         for record in records {
-            let normalised = record.content.to_lowercase().split_whitespace().collect::<Vec<_>>().join(" ");
-            if seen.insert(normalised) {
-                self.records.push(record);
-            } else {
+            if self.records.iter().any(|kept| memkit_text::f1::f1_score(&record.content, &kept.content) >= NEAR_DUPLICATE_F1) {
                 self.dropped.push(Dropped { reason: DropReason::Duplicate, raw: serde_json::to_string(&record).expect("plain data") });
+            } else {
+                self.records.push(record);
             }
         }
     }
@@ -165,27 +203,6 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
         }
     }
     None
-}
-
-/// Whether `text` speaks in the first person singular (outside quotes it should name the
-/// speaker: "Emily plays piano", not "I play piano").
-pub fn first_person(text: &str) -> bool {
-    const WORDS: [&str; 9] = ["i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself"];
-    let mut in_quote = false;
-    for raw in text.split_whitespace() {
-        let starts = raw.starts_with(['"', '\u{201c}']);
-        let word: String = raw.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').replace('\u{2019}', "'").to_lowercase();
-        if starts {
-            in_quote = true;
-        }
-        if !in_quote && WORDS.contains(&word.as_str()) {
-            return true;
-        }
-        if raw.ends_with(['"', '\u{201d}']) || raw.trim_end_matches(['.', ',', '!', '?']).ends_with(['"', '\u{201d}']) {
-            in_quote = false;
-        }
-    }
-    false
 }
 
 #[cfg(test)]
@@ -228,6 +245,9 @@ mod tests {
         let memories = vec![
             memory(2, "Ann", "Ann adopted a cat named Tom.", "2023-05-18"),
             memory(2, "Ann", "Ann adopted a cat  named tom.", ""),
+            // Token F1 with the first record: [ann adopt cat call tom] vs [ann adopt cat name tom] = 0.8.
+            memory(2, "Ann", "Ann adopted a cat called Tom.", ""),
+            memory(2, "Ann", "Ann visited Rome.", "2023/05/02"),
             memory(1, "Ann", "Ann likes tea.", ""),
             memory(9, "Ann", "Ann likes tea.", ""),
             memory(2, "Ann", "  ", ""),
@@ -243,7 +263,8 @@ mod tests {
         let extraction = Extraction::from_output(&w, raw, Usage::default());
         let v = validate(&w, &extraction);
         let kept: Vec<&str> = v.records.iter().map(|r| r.content.as_str()).collect();
-        assert_eq!(kept, ["Ann adopted a cat named Tom.", "Ann said \"my cat is great\" to her friend."]);
+        assert_eq!(kept, ["Ann adopted a cat named Tom.", "Ann visited Rome.", "Ann said \"my cat is great\" to her friend."]);
+        assert_eq!((v.records[1].dimension.time.as_str(), v.time_fixes), ("2023-05-02", 1));
         let counts = v.drop_counts();
         let expect = [
             (DropReason::Schema, 1),
@@ -255,26 +276,42 @@ mod tests {
             (DropReason::SpeakerMismatch, 1),
             (DropReason::TimeFormat, 1),
             (DropReason::TimeAfterMessage, 1),
-            (DropReason::Duplicate, 1),
+            (DropReason::Duplicate, 2),
         ];
         assert_eq!(counts, expect.into_iter().collect(), "{:#?}", v.dropped);
-        assert_eq!(unparsable(&extraction), None);
+        assert_eq!(whole_failure(&extraction), None);
+        // First person, a bad time, a wrong speaker…: the teacher found something the target lacks.
+        assert!(!v.complete());
     }
 
     #[test]
-    fn garbage_is_unparsable() {
+    fn duplicates_and_unsupported_records_leave_the_target_complete() {
+        let w = window();
+        let raw = serde_json::json!({"memories": [memory(2, "Ann", "Ann likes tea.", ""), memory(2, "Ann", "Ann likes tea!", "")]});
+        let mut extraction = Extraction::from_output(&w, raw.to_string(), Usage::default());
+        extraction.errors.push(memkit_schema::RecordError {
+            index: Some(2),
+            kind: ErrorKind::Unsupported,
+            reason: "no message supports it".into(),
+            raw: String::new(),
+        });
+        let v = validate(&w, &extraction);
+        assert_eq!(v.drop_counts(), [(DropReason::Duplicate, 1), (DropReason::Unsupported, 1)].into_iter().collect());
+        assert!(v.complete());
+    }
+
+    #[test]
+    fn garbage_and_truncated_replies_are_whole_failures() {
         let extraction = Extraction::from_output(&window(), "Sure! Here are the memories".into(), Usage::default());
-        assert!(unparsable(&extraction).is_some());
+        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::NotJson));
         assert!(validate(&window(), &extraction).records.is_empty());
-    }
-
-    #[test]
-    fn first_person_ignores_quotes_and_lookalikes() {
-        assert!(first_person("I love hiking."));
-        assert!(first_person("Ann told me about it."));
-        assert!(first_person("Sold my car"));
-        assert!(!first_person("Ann said \"I love it\"."));
-        assert!(!first_person("Ann visited Milan in Italy."));
-        assert!(!first_person("Ann's mine-craft server"));
+        // A reply that kept one whole record before it was cut off is still a failure.
+        let cut = format!(r#"{{"memories": [{}, {{"source_id": 2, "content": "Ann has"#, memory(2, "Ann", "Ann likes tea.", ""));
+        let extraction = Extraction::from_output(&window(), cut, Usage::default());
+        assert_eq!(extraction.records.len(), 1);
+        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::BrokenJson));
+        let at_limit = Usage { hit_max_tokens: true, ..Usage::default() };
+        let extraction = Extraction::from_output(&window(), r#"{"memories": []}"#.into(), at_limit);
+        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::Truncated));
     }
 }

@@ -32,6 +32,9 @@ window = {{ size = 6, overlap = 1, user_only = true, max_message_chars = 300 }}
 path = "memorybank/memory_bank_en.json"
 [teacher]
 {teacher}
+[labelling]
+mode = "window"
+avoid_repeats = false
 [generation]
 max_memories = 4
 max_tokens = 160
@@ -50,8 +53,9 @@ fn options(cache: &Path) -> RunOptions {
 }
 
 fn distill(recipe: &DistillRecipe, cache: &Path) -> Result<RunSummary, Error> {
-    let teacher = from_spec(&recipe.teacher, recipe.generation.extract_config())?;
-    run(recipe, &options(cache), teacher.as_ref(), &memkit_teacher::run::Silent).map(|(_, s)| s)
+    let teacher = from_spec(&recipe.teacher, recipe.generation.max_tokens)?;
+    let grounder = memkit_infer::ground::Grounder::new(recipe.grounding);
+    run(recipe, &options(cache), &teacher, &grounder, &memkit_teacher::run::Silent).map(|(_, s)| s)
 }
 
 /// How the fake teacher answers.
@@ -163,15 +167,9 @@ fn unparsable_replies_are_finished_with_their_raw_text() {
     assert_eq!(count.load(Ordering::SeqCst), 3);
 }
 
-/// The installed SmolLM2 GGUF, or `None` (test skipped) unless `MEMKIT_REQUIRE_MODELS=1`.
-#[allow(clippy::print_stderr)]
+/// The installed SmolLM2 GGUF, or `None` (test skipped); see [`memkit_infer::models::installed_for_tests`].
 fn smollm2() -> Option<PathBuf> {
-    let path = memkit_infer::models::locate(memkit_infer::models::SMOLLM2_135M.name);
-    if path.is_none() {
-        assert!(std::env::var("MEMKIT_REQUIRE_MODELS").as_deref() != Ok("1"), "MEMKIT_REQUIRE_MODELS=1 but smollm2-135m is not installed");
-        eprintln!("skipped: smollm2-135m is not installed (memkit models fetch smollm2-135m)");
-    }
-    path
+    memkit_infer::models::installed_for_tests(memkit_infer::models::SMOLLM2_135M.name)
 }
 
 fn records(recipe: &DistillRecipe) -> Vec<(String, String)> {

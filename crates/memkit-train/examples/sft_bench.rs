@@ -11,12 +11,12 @@
 //!
 //! ```text
 //! cargo run -p memkit-train --example sft_bench -- [--batch 4] [--seq 256] [--steps 3]
-//!     [--warmup 1] [--rounds 2] [--python .venv-bench/bin/python] [--config config.json]
+//!     [--warmup 1] [--rounds 2] [--python PY] [--config config.json]
 //!     [--backends flex,cuda] [--torch-device cuda]
 //! ```
 //!
 //! `--python` (or `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers
-//! (`just bench-train` makes `.venv-bench`); without one only burn is measured. `--backends`
+//! (`just bench-train` passes the one `just venv` makes); without one only burn is measured. `--backends`
 //! picks among the burn backends of this build (default: the CPU ones; `libtorch-cuda` and
 //! `cuda` need an NVIDIA GPU); `--torch-device` is where PyTorch
 //! runs (default `cpu`). Steps are timed to the device's end of work (`Device::sync`,
@@ -56,10 +56,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from).or_else(|| {
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-bench/bin/python");
-        venv.exists().then_some(venv)
-    });
+    let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from);
     let mut args = Args {
         batch: 4,
         seq: 256,

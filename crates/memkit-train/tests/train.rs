@@ -154,13 +154,7 @@ fn lora_trains_adapters_only_and_merges_on_export() {
 #[test]
 #[ignore = "slow: run with --ignored when smollm2-135m is installed"]
 fn smollm2_trains_a_few_steps() {
-    let Some(_) = memkit_infer::models::locate("smollm2-135m") else {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("skipped: smollm2-135m is not installed");
-        }
-        return;
-    };
+    let Some(_) = memkit_infer::models::installed_for_tests(memkit_infer::models::SMOLLM2_135M.name) else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut recipe = smoke_recipe(dir.path());
     recipe.model = memkit_train::recipe::ModelSource::Package { name: "smollm2-135m".into() };

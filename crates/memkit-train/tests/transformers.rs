@@ -1,7 +1,8 @@
 //! An exported checkpoint loads in Hugging Face transformers and computes the burn model's logits.
 //!
-//! Opt-in: needs a Python with torch and transformers (`just bench-train` makes `.venv-bench`;
-//! or set `MEMKIT_TRANSFORMERS_PYTHON`). Skipped without one, failing when
+//! Needs a Python with torch and transformers in `MEMKIT_TRANSFORMERS_PYTHON` (`just venv` makes
+//! one outside the clone, and `just test` sets the variable when it exists; CI does both).
+//! Skipped without one, failing when
 //! `MEMKIT_REQUIRE_TRANSFORMERS=1`. A tiny random model of each family is exported with
 //! [`export_hf`] (config.json, model.safetensors with HF names, tokenizer files with the chat
 //! template) and loaded with `AutoModelForCausalLM` / `AutoTokenizer`; logits of every position
@@ -21,18 +22,15 @@ use memkit_train::{Model, cpu_device};
 const IDS: [i64; 10] = [1, 72, 101, 108, 108, 111, 44, 32, 119, 2];
 
 fn python() -> Option<PathBuf> {
-    let found = std::env::var_os("MEMKIT_TRANSFORMERS_PYTHON").map(PathBuf::from).or_else(|| {
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-bench/bin/python");
-        venv.exists().then_some(venv)
-    });
+    let found = std::env::var_os("MEMKIT_TRANSFORMERS_PYTHON").map(PathBuf::from);
     if found.is_none() {
         assert!(
             std::env::var("MEMKIT_REQUIRE_TRANSFORMERS").as_deref() != Ok("1"),
-            "MEMKIT_REQUIRE_TRANSFORMERS=1 but no Python with transformers (MEMKIT_TRANSFORMERS_PYTHON, .venv-bench)"
+            "MEMKIT_REQUIRE_TRANSFORMERS=1 but MEMKIT_TRANSFORMERS_PYTHON is not set (`just venv`, then `just test`)"
         );
         #[allow(clippy::print_stderr)]
         {
-            eprintln!("skipped: no Python with transformers (MEMKIT_TRANSFORMERS_PYTHON or `just bench-train`'s .venv-bench)");
+            eprintln!("skipped: no Python with transformers (`just venv` makes one; `just test` then sets MEMKIT_TRANSFORMERS_PYTHON)");
         }
     }
     found

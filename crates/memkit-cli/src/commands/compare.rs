@@ -1,4 +1,5 @@
-//! `memkit compare`: a student's records against its teacher's on held-out distilled windows.
+//! `memkit compare`: a student's records against its teacher's on held-out distilled windows, or
+//! any records against the hand-written gold set.
 
 use std::path::{Path, PathBuf};
 
@@ -11,25 +12,42 @@ use serde::Deserialize;
 
 use crate::progress::Bars;
 
-/// Compare a model's records with the teacher's on held-out windows of a distilled dataset.
+/// Compare a model's records with the teacher's on held-out windows of a distilled dataset, or
+/// records files with the gold set.
 ///
-/// Reads rows of a distilled `valid.jsonl` (system, user, assistant = the teacher's records),
-/// asks the model for the same system and user messages with the same schema constraint, and
-/// reports JSON validity, record precision / recall / F1 against the teacher (one-to-one matching
-/// on content token F1 ≥ 0.5 and the same source message) and per-field agreement on matched
-/// records. An HF checkpoint folder is converted to a GGUF (f16) first.
+/// With --model and --data: reads rows of a distilled `valid.jsonl` (system, user, assistant =
+/// the teacher's records), asks the model for the same system and user messages with the same
+/// schema constraint, and reports JSON validity, record precision / recall / F1 against the
+/// teacher (one-to-one matching on content token F1 ≥ 0.5 and the same source message) and
+/// per-field agreement on matched records. An HF checkpoint folder is converted to a GGUF (f16)
+/// first.
 ///
-/// Example:
+/// With --gold: compares each --records file (`memkit extract` output, any extractor) with the
+/// hand-written gold records (data/gold/): a record matches a gold record of the same dialogue
+/// and source turn with content token F1 ≥ 0.5; per-field agreement on the matches, and per-field
+/// recall (matched and agreeing, per gold record). --report writes report.md and metrics.json.
+///
+/// Examples:
 ///   memkit compare --model checkpoints/student --data data/distilled/lme-filler/valid.jsonl --limit 20
+///   memkit compare --gold data/gold/locomo-conv-30.jsonl --records rule=rule.jsonl --records teacher=teacher.jsonl
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// A GGUF file, a packaged model name, or an HF checkpoint folder (e.g. a `memkit train` run).
-    #[arg(long)]
-    model: String,
+    #[arg(long, required_unless_present = "gold", conflicts_with = "gold")]
+    model: Option<String>,
     /// A distilled `valid.jsonl` (or `train.jsonl`).
-    #[arg(long)]
-    data: PathBuf,
+    #[arg(long, required_unless_present = "gold", conflicts_with = "gold")]
+    data: Option<PathBuf>,
+    /// Gold record files (JSONL, see data/gold/README.md) to compare --records with.
+    #[arg(long, requires = "records")]
+    gold: Vec<PathBuf>,
+    /// NAME=FILE: a records file (`memkit extract` output) to compare with the gold; repeatable.
+    #[arg(long, value_name = "NAME=FILE")]
+    records: Vec<String>,
+    /// With --gold: write report.md and metrics.json into this folder.
+    #[arg(long, requires = "gold")]
+    report: Option<PathBuf>,
     /// Compare on at most this many windows (the first ones).
     #[arg(long)]
     limit: Option<usize>,
@@ -47,23 +65,27 @@ struct Row {
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.data).with_context(|| format!("cannot read {}", args.data.display()))?;
+    if !args.gold.is_empty() {
+        return gold(&args);
+    }
+    let (Some(model), Some(data)) = (&args.model, &args.data) else { anyhow::bail!("--model and --data, or --gold") };
+    let text = std::fs::read_to_string(data).with_context(|| format!("cannot read {}", data.display()))?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let row: Row = serde_json::from_str(line).with_context(|| format!("{}:{}: not a distilled row", args.data.display(), i + 1))?;
+        let row: Row = serde_json::from_str(line).with_context(|| format!("{}:{}: not a distilled row", data.display(), i + 1))?;
         anyhow::ensure!(
             row.messages.len() == 3 && row.messages[2].role == ChatRole::Assistant,
             "{}:{}: window {} needs [system, user, assistant] messages",
-            args.data.display(),
+            data.display(),
             i + 1,
             row.window_id
         );
         rows.push(row);
     }
     rows.truncate(args.limit.unwrap_or(usize::MAX));
-    anyhow::ensure!(!rows.is_empty(), "{} holds no rows", args.data.display());
+    anyhow::ensure!(!rows.is_empty(), "{} holds no rows", data.display());
 
-    let gguf = model_gguf(&args.model)?;
+    let gguf = model_gguf(model)?;
     let extractor = args.generation.local_extractor(&gguf)?;
 
     let bar = bars.bar(rows.len() as u64, "compare");
@@ -87,10 +109,114 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let pairs: Vec<WindowPair<'_>> =
         teacher.iter().zip(&student).map(|(t, s)| WindowPair { reference: t, candidate: s.as_deref() }).collect();
     let result = agreement(&pairs);
-    print(&result, &args.model, &args.data);
+    print(&result, model, data);
     if let Some(out) = &args.out {
-        let json = serde_json::json!({"model": args.model, "data": args.data, "agreement": result});
+        let json = serde_json::json!({"model": model, "data": data, "agreement": result});
         std::fs::write(out, serde_json::to_string_pretty(&json)?).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// Each records file against the gold: a table on stdout, and the report when asked.
+fn gold(args: &Args) -> anyhow::Result<()> {
+    let mut gold = Vec::new();
+    for path in &args.gold {
+        gold.extend(memkit_eval::gold::read_gold(path)?);
+    }
+    let mut rows = Vec::new();
+    for spec in &args.records {
+        let (name, path) = spec.split_once('=').with_context(|| format!("--records {spec:?}: expected NAME=FILE"))?;
+        let records = super::read_records(Path::new(path))?;
+        let per_file: Vec<(String, Agreement)> = args
+            .gold
+            .iter()
+            .map(|g| Ok((g.display().to_string(), memkit_eval::gold::compare(&memkit_eval::gold::read_gold(g)?, &records))))
+            .collect::<anyhow::Result<_>>()?;
+        rows.push((name.to_owned(), path.to_owned(), memkit_eval::gold::compare(&gold, &records), per_file));
+    }
+    let mut md = String::new();
+    use std::fmt::Write as _;
+    let command = format!(
+        "memkit compare {} {}",
+        args.gold.iter().map(|g| format!("--gold {}", g.display())).collect::<Vec<_>>().join(" "),
+        args.records.iter().map(|r| format!("--records {r}")).collect::<Vec<_>>().join(" ")
+    );
+    let _ = writeln!(
+        md,
+        "# Extraction against the gold set
+
+Made by `{command}`{}.
+",
+        args.report.as_ref().map(|r| format!(" --report {}", r.display())).unwrap_or_default()
+    );
+    let _ = writeln!(md, "A record matches a gold record of the same dialogue and source turn when their contents reach token F1 ≥ 0.5 (LoCoMo's F1: normalised, Porter-stemmed tokens); matching is one-to-one. *Agreement* is per field on the matched pairs; *field recall* counts a gold record when it was matched and the field agrees.
+");
+    let _ = writeln!(
+        md,
+        "| records | gold | records | matched | precision | recall | F1 |
+|---|---:|---:|---:|---:|---:|---:|"
+    );
+    for (name, _, a, _) in &rows {
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** |",
+            a.reference_records, a.candidate_records, a.matched, a.precision, a.recall, a.f1
+        );
+    }
+    let fields = ["type", "time", "location", "reason", "purpose", "keywords"];
+    let _ = writeln!(
+        md,
+        "
+## Per field: agreement on matched pairs / field recall
+
+| records | {} |
+|---|{}",
+        fields.join(" | "),
+        "---:|".repeat(fields.len())
+    );
+    for (name, _, a, _) in &rows {
+        let cells: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{:.2} / {:.3}", a.fields.get(*f).unwrap_or(&0.0), a.field_recall.get(*f).unwrap_or(&0.0)))
+            .collect();
+        let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+    }
+    if args.gold.len() > 1 {
+        let _ = writeln!(
+            md,
+            "
+## Per gold file (precision / recall / F1)
+"
+        );
+        let _ = writeln!(
+            md,
+            "| records | {} |
+|---|{}",
+            args.gold.iter().map(|g| format!("`{}`", g.display())).collect::<Vec<_>>().join(" | "),
+            "---:|".repeat(args.gold.len())
+        );
+        for (name, _, _, per_file) in &rows {
+            let cells: Vec<String> = per_file.iter().map(|(_, a)| format!("{:.3} / {:.3} / {:.3}", a.precision, a.recall, a.f1)).collect();
+            let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+        }
+    }
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{md}");
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let metrics: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, path, a, per_file)| {
+                serde_json::json!({"name": name, "records": path, "agreement": a,
+                    "per_gold_file": per_file.iter().map(|(g, a)| serde_json::json!({"gold": g, "agreement": a})).collect::<Vec<_>>()})
+            })
+            .collect();
+        let json = serde_json::json!({"command": command, "gold": args.gold, "systems": metrics});
+        std::fs::write(dir.join("metrics.json"), serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("cannot write {}", dir.display()))?;
+        std::fs::write(dir.join("report.md"), &md).with_context(|| format!("cannot write {}", dir.display()))?;
     }
     Ok(())
 }

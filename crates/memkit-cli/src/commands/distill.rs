@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
+use memkit_infer::ground::Grounder;
 use memkit_teacher::cache::Cache;
-use memkit_teacher::recipe::TeacherSpec;
-use memkit_teacher::teacher::HttpTeacher;
+use memkit_teacher::recipe::{Mode, TeacherSpec};
 use memkit_teacher::{DistillRecipe, RunOptions, batch, dataset, stats};
 
 use crate::progress::Bars;
@@ -14,10 +14,16 @@ use crate::progress::Bars;
 /// Label dialogue windows with a teacher model and write an SFT dataset.
 ///
 /// Draws the recipe's windows (LongMemEval-S filler sessions, MemoryBank; never LoCoMo) in a
-/// seeded order, answers from the reply cache what it can, asks the teacher for the rest, validates
-/// every record and appends each finished window to <out>/ledger.jsonl (failures, with the raw
-/// reply, to failures.jsonl). Re-running skips finished windows; a killed run loses at most the
-/// batch in flight. Then writes train.jsonl, valid.jsonl, stats.md, stats.json and README.md.
+/// seeded order and labels each: a local teacher by default in decomposed mode (a few new
+/// messages per request, the window as context, the source ids fixed by the schema, messages
+/// with nothing to remember skipped), a server by default a whole window per request. Replies
+/// come from the reply cache when it has them; records in the first person get one re-ask; every
+/// record is grounded in the window (re-pointed to the message that says it, dropped when none
+/// does; with all-MiniLM-L6-v2 when installed) and validated. Each finished window is appended to
+/// <out>/ledger.jsonl (replies that are not whole, with the raw text and a typed reason, to
+/// failures.jsonl). Re-running skips finished windows; a killed run loses at most the windows in
+/// flight. Then writes train.jsonl and valid.jsonl (windows whose target is complete),
+/// stats.md, stats.json and README.md.
 ///
 /// Examples:
 ///   memkit distill --recipe recipes/distill/lme-filler.toml
@@ -43,6 +49,10 @@ pub struct Args {
     /// Only rewrite the dataset and stats from the ledger; ask the teacher nothing.
     #[arg(long, conflicts_with_all = ["export_batch", "import_batch"])]
     write_only: bool,
+    /// How the teacher is asked, instead of the recipe's `labelling.mode`: `decomposed` (a few
+    /// messages per request) or `window` (a whole window per request).
+    #[arg(long, value_parser = parse_mode)]
+    mode: Option<Mode>,
     /// llama.cpp threads of a local teacher, instead of the recipe's `threads` (default: all
     /// cores). On a machine busy with other work, fewer threads than cores are faster.
     #[arg(long, conflicts_with = "teacher_url",
@@ -68,6 +78,14 @@ pub struct Args {
     /// OpenAI teachers: store a batch-API results file in the cache, then label as usual (no requests for those windows).
     #[arg(long, value_name = "FILE")]
     import_batch: Option<PathBuf>,
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    match text {
+        "window" => Ok(Mode::Window),
+        "decomposed" => Ok(Mode::Decomposed),
+        other => Err(format!("{other:?} is not a mode: window or decomposed")),
+    }
 }
 
 struct Bar(ProgressBar);
@@ -98,6 +116,10 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(mode) = args.mode {
+        recipe.labelling.mode = Some(mode);
+        command.push_str(&format!(" --mode {}", if mode == Mode::Window { "window" } else { "decomposed" }));
+    }
     if let Some(url) = &args.teacher_url {
         recipe.teacher = recipe.teacher.served_at(url, args.concurrency, args.timeout);
         command.push_str(&format!(" --teacher-url {url} --concurrency {}", args.concurrency));
@@ -105,13 +127,15 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let cache_dir = args.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let options = RunOptions { data_dir: args.data_dir.clone(), cache_dir: cache_dir.clone(), limit: args.limit };
     let out_dir = recipe.out_dir();
-    let config = recipe.generation.extract_config();
 
     if args.export_batch.is_some() || args.import_batch.is_some() {
-        let teacher = http_teacher(&recipe)?;
+        let TeacherSpec::Openai { model, .. } = &recipe.teacher else {
+            anyhow::bail!("--export-batch / --import-batch need an `openai` teacher in the recipe, or --teacher-url");
+        };
+        let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens)?;
         let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
         if let Some(path) = &args.export_batch {
-            let n = batch::export(&recipe, &corpus, &teacher, path)?;
+            let n = batch::export(&recipe, &corpus, &teacher, model, path)?;
             tracing::info!(requests = n, file = %path.display(), "wrote batch requests; import the results with --import-batch");
             return Ok(());
         }
@@ -125,9 +149,10 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
         (corpus, teacher_name(&recipe), price_of(&recipe))
     } else {
-        let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, config).context("starting the teacher")?;
+        let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens).context("starting the teacher")?;
+        let grounder = Grounder::with_installed_embedder(recipe.grounding).context("loading the grounding embedder")?;
         let bar = Bar(bars.bar(0, "distill"));
-        let (corpus, summary) = memkit_teacher::run(&recipe, &options, teacher.as_ref(), &bar)
+        let (corpus, summary) = memkit_teacher::run(&recipe, &options, &teacher, &grounder, &bar)
             .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
         tracing::info!(
             labelled = summary.labelled,
@@ -165,12 +190,6 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         println!("stats: {}", out_dir.join("stats.md").display());
     }
     Ok(())
-}
-
-fn http_teacher(recipe: &DistillRecipe) -> anyhow::Result<HttpTeacher> {
-    HttpTeacher::from_spec(&recipe.teacher, recipe.generation.extract_config())
-        .context("--export-batch / --import-batch need an `openai` teacher in the recipe, or --teacher-url")?
-        .map_err(Into::into)
 }
 
 fn teacher_name(recipe: &DistillRecipe) -> String {

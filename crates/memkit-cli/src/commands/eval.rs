@@ -128,7 +128,14 @@ impl ChatModel for LocalModel {
         max_tokens: usize,
         schema: Option<&serde_json::Value>,
     ) -> memkit_eval::Result<Vec<String>> {
-        let generations = self.0.complete(chats, max_tokens, schema).map_err(|e| memkit_eval::Error::Qa(e.to_string()))?;
+        let requests: Vec<memkit_infer::chat::ChatRequest> = chats
+            .iter()
+            .map(|c| memkit_infer::chat::ChatRequest {
+                schema: schema.cloned(),
+                ..memkit_infer::chat::ChatRequest::new(c.clone(), max_tokens)
+            })
+            .collect();
+        let generations = self.0.complete(&requests).map_err(|e| memkit_eval::Error::Qa(e.to_string()))?;
         Ok(generations.into_iter().map(|g| g.text).collect())
     }
 }

@@ -7,9 +7,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
+use memkit_infer::chat::{ChatModel, OpenAiChat};
+use memkit_infer::ground::{Grounder, GroundingConfig, GroundingTally};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
-use memkit_schema::MemoryRecord;
+use memkit_schema::{MemoryRecord, RecordError};
+use memkit_teacher::cache::Cache;
+use memkit_teacher::corpus::{CorpusWindow, SourceKind};
+use memkit_teacher::recipe::{GenerationSpec, LabellingSpec, Mode};
+use memkit_teacher::teacher::Teacher;
 use serde::{Deserialize, Serialize};
 
 use super::{DialogueArgs, Format};
@@ -21,6 +27,8 @@ pub enum ExtractorKind {
     Rule,
     /// One record per turn, no dimensions (the raw-turns baseline).
     RawTurns,
+    /// LoCoMo's own `observation` facts, pointing at their evidence turns (LoCoMo only).
+    Observations,
     /// A language model over windows: a GGUF in-process (--model) or an OpenAI-compatible
     /// endpoint (--endpoint). Chosen automatically when either is given.
     Model,
@@ -32,12 +40,20 @@ pub enum ExtractorKind {
 /// with --model, or an OpenAI-compatible server with --endpoint) reads overlapping windows
 /// (LoCoMo: 25 messages with 5 of context; LongMemEval: 15 user messages with 3) with the
 /// extraction prompt, decodes JSON constrained by the record schema, and keeps records whose
-/// source message is in the window's non-overlap suffix.
+/// source message is in the window's non-overlap suffix. With --teach the model labels as the
+/// distillation teacher does instead (decomposed: a few messages per request; re-asks of
+/// first-person records; validation), its replies kept in the reply cache.
+///
+/// Every model's records are grounded in their window (unless --no-grounding): pointed at the
+/// new message that best supports them, dropped when none does (term coverage, plus the
+/// all-MiniLM-L6-v2 cosine when it is installed).
 ///
 /// Examples:
 ///   memkit extract -i ../shared/data/locomo/locomo10.json --format locomo --model qwen2.5-coder-1.5b-instruct --limit 3
 ///   memkit extract -i dialogues.jsonl --model runs/student/model-q8_0.gguf -o records.jsonl
 ///   memkit extract -i dialogues.jsonl --endpoint http://127.0.0.1:8080/v1 --endpoint-model student
+///   memkit extract -i ../shared/data/locomo/locomo10.json --format locomo --dialogue conv-30 --sessions 3 \
+///       --model qwen2.5-coder-1.5b-instruct --teach decomposed -o teacher.jsonl
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -64,6 +80,21 @@ pub struct Args {
     /// Extract from at most this many windows (in dialogue order).
     #[arg(long)]
     limit: Option<usize>,
+    /// Label as the distillation teacher does: `decomposed` (a few new messages per request,
+    /// the window as context, source ids fixed by the schema, messages with nothing to remember
+    /// skipped) or `window` (the whole window per request); first-person records re-asked once,
+    /// records validated, replies cached (--cache-dir).
+    #[arg(long, value_parser = parse_mode)]
+    teach: Option<Mode>,
+    /// New messages per request with --teach decomposed (1 to 3).
+    #[arg(long, default_value_t = 2, requires = "teach")]
+    group: usize,
+    /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
+    #[arg(long, requires = "teach")]
+    cache_dir: Option<PathBuf>,
+    /// Keep the model's pointers as they are: no grounding.
+    #[arg(long)]
+    no_grounding: bool,
     #[command(flatten)]
     generation: super::GenerationArgs,
     /// Discard the window ledger of --output and extract every window again.
@@ -82,6 +113,18 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         args.extractor.unwrap_or(if args.model.is_some() || args.endpoint.is_some() { ExtractorKind::Model } else { ExtractorKind::Rule });
     let mut records: Vec<MemoryRecord> = Vec::new();
     match kind {
+        ExtractorKind::Observations => {
+            anyhow::ensure!(args.dialogues.format == Format::Locomo, "--extractor observations needs --format locomo");
+            for sample in memkit_data::load_locomo(&args.dialogues.input)? {
+                if dialogues.iter().any(|d| d.id == sample.id) {
+                    let sample = match args.dialogues.sessions {
+                        Some(n) => sample.first_sessions(n),
+                        None => sample,
+                    };
+                    records.extend(sample.observation_records());
+                }
+            }
+        }
         ExtractorKind::Rule | ExtractorKind::RawTurns => {
             let bar = bars.bar(dialogues.len() as u64, "extract");
             let rule = RuleExtractor::default();
@@ -133,11 +176,16 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 tracing::info!(finished = all.len() - todo.len(), left = todo.len(), "resuming from the window ledger");
             }
             if !todo.is_empty() {
-                let (extractor, chunk) = extractor(&args, extract)?;
+                let grounder = if args.no_grounding {
+                    Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() })
+                } else {
+                    Grounder::with_installed_embedder(GroundingConfig::default())?
+                };
+                let model = model_of(&args, extract)?;
                 let mut ledger = ledger_path.as_deref().map(memkit_teacher::ledger::Ledger::open).transpose()?;
                 let bar = bars.bar(todo.len() as u64, "extract");
-                for group in todo.chunks(chunk) {
-                    let extractions = extractor.extract(group).with_context(|| format!("extracting window {}", group[0].id))?;
+                for group in todo.chunks(model.chunk()) {
+                    let extractions = model.extract(group, &grounder).with_context(|| format!("extracting window {}", group[0].id))?;
                     for extraction in extractions {
                         if let Some(ledger) = ledger.as_mut() {
                             ledger.append(&Finished { extractor: key.clone(), batch: group.len(), extraction: extraction.clone() })?;
@@ -150,8 +198,10 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 bar.finish_and_clear();
             }
             let (mut bad, mut invalid, mut millis, mut completion) = (0usize, 0usize, 0u64, 0usize);
+            let mut grounding = GroundingTally::default();
             for window in &all {
                 let extraction = &done[&window.id];
+                grounding.add(GroundingTally::of(&extraction.grounding));
                 invalid += extraction.errors.len();
                 bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
                 millis += extraction.usage.millis / batch_of[&window.id] as u64;
@@ -165,6 +215,10 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 dropped_records = invalid,
                 seconds_per_window = millis as f64 / 1000.0 / all.len().max(1) as f64,
                 completion_tokens = completion,
+                grounding_kept = grounding.kept,
+                grounding_repointed = grounding.repointed,
+                grounding_unsupported = grounding.unsupported,
+                grounding_context = grounding.context,
                 "model extraction"
             );
         }
@@ -203,7 +257,8 @@ fn one() -> usize {
 }
 
 /// What decides a window's records: the model (for a file: its size and a hash of its last MiB,
-/// so a retrained model under the same name is a new extractor) or endpoint, and the limits.
+/// so a retrained model under the same name is a new extractor) or endpoint, the limits, how a
+/// teacher labels, and grounding.
 fn extractor_key(args: &Args) -> anyhow::Result<String> {
     let model = match (&args.endpoint, &args.model) {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
@@ -213,7 +268,27 @@ fn extractor_key(args: &Args) -> anyhow::Result<String> {
         }
         (None, None) => String::new(),
     };
-    Ok(format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens))
+    let mut key = format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens);
+    match args.teach {
+        Some(Mode::Decomposed) => key.push_str(&format!(" teach=decomposed group={}", args.group)),
+        Some(Mode::Window) => key.push_str(" teach=window"),
+        None => {}
+    }
+    if args.no_grounding {
+        key.push_str(" no_grounding");
+    } else {
+        let g = GroundingConfig::default();
+        key.push_str(&format!(" grounding={}/{}/{}", g.min_support, g.margin, g.embed_weight));
+    }
+    Ok(key)
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    match text {
+        "window" => Ok(Mode::Window),
+        "decomposed" => Ok(Mode::Decomposed),
+        other => Err(format!("{other:?} is not a mode: window or decomposed")),
+    }
 }
 
 /// `<bytes> bytes, tail <sha256 of the last MiB, 12 hex digits>`: cheap, and any retraining
@@ -231,13 +306,118 @@ fn fingerprint(path: &Path) -> std::io::Result<String> {
     Ok(format!("{len} bytes, tail {hex}"))
 }
 
-/// The model extractor the flags name, and how many windows to hand it at once.
-fn extractor(args: &Args, config: ExtractConfig) -> anyhow::Result<(Box<dyn Extractor>, usize)> {
+/// The model the flags name: an extractor, or a teacher that labels as distillation does.
+enum Model {
+    Extractor(Box<dyn Extractor>, usize),
+    Teacher { teacher: Teacher, labelling: LabellingSpec, generation: GenerationSpec, cache: Cache },
+}
+
+impl Model {
+    /// Windows to hand over at once.
+    fn chunk(&self) -> usize {
+        match self {
+            Model::Extractor(_, chunk) => *chunk,
+            // A decomposed window's requests share its conversation as one prefix.
+            Model::Teacher { labelling, teacher, .. } => {
+                if labelling.mode == Some(Mode::Decomposed) {
+                    1
+                } else {
+                    teacher.parallel()
+                }
+            }
+        }
+    }
+
+    /// Grounded extractions of `windows`.
+    fn extract(&self, windows: &[Window], grounder: &Grounder) -> anyhow::Result<Vec<Extraction>> {
+        match self {
+            Model::Extractor(extractor, _) => {
+                let mut extractions = extractor.extract(windows)?;
+                for (window, extraction) in windows.iter().zip(&mut extractions) {
+                    grounder.ground(window, extraction)?;
+                }
+                Ok(extractions)
+            }
+            Model::Teacher { teacher, labelling, generation, cache } => {
+                let prompts = memkit_prompt::Prompts::embedded()?;
+                let mode = labelling.mode.unwrap_or(Mode::Decomposed);
+                let items: Vec<CorpusWindow> =
+                    windows.iter().map(|w| CorpusWindow { source: SourceKind::Other, window: w.clone() }).collect();
+                let chunk = items
+                    .iter()
+                    .map(|w| Ok((w, memkit_teacher::label::plan(&w.window, mode, labelling, generation, &prompts, teacher.id())?)))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let mut out = Vec::with_capacity(windows.len());
+                for (id, result) in memkit_teacher::run::label_windows(chunk, labelling, generation, teacher, cache, &prompts, grounder)? {
+                    let (entry, failure) = result.map_err(|reason| anyhow::anyhow!("window {id}: the teacher failed: {reason}"))?;
+                    let mut errors: Vec<RecordError> = entry
+                        .dropped
+                        .iter()
+                        .map(|d| RecordError {
+                            index: None,
+                            kind: memkit_schema::ErrorKind::Schema,
+                            reason: d.reason.name().to_owned(),
+                            raw: d.raw.clone(),
+                        })
+                        .collect();
+                    if let Some(f) = &failure {
+                        errors.insert(
+                            0,
+                            RecordError { index: None, kind: f.kind.unwrap_or_default(), reason: f.reason.clone(), raw: String::new() },
+                        );
+                    }
+                    out.push(Extraction {
+                        window_id: id,
+                        records: entry.records,
+                        errors,
+                        raw: failure.map(|f| f.raw).unwrap_or_default(),
+                        usage: entry.usage,
+                        grounding: entry.grounding,
+                    });
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The model the flags name.
+fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
+    let chat: Option<Box<dyn ChatModel>> = match (&args.teach, &args.endpoint) {
+        (None, _) => None,
+        (Some(_), Some(endpoint)) => {
+            Some(Box::new(OpenAiChat::new(OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone())), 4)))
+        }
+        (Some(_), None) => {
+            let model = args.model.as_deref().context("--teach needs --model or --endpoint")?;
+            let path = memkit_teacher::teacher::resolve_model(model)?;
+            let chat = memkit_infer::extract::LocalChat::load(
+                &path,
+                args.generation.batch.max(1),
+                args.generation.threads,
+                None,
+                config.max_tokens,
+            )
+            .with_context(|| format!("loading {}", path.display()))?;
+            Some(Box::new(chat))
+        }
+    };
+    if let Some(chat) = chat {
+        let labelling = LabellingSpec { mode: args.teach, group: args.group, ..LabellingSpec::default() };
+        anyhow::ensure!((1..=3).contains(&args.group), "--group {} must be 1, 2 or 3", args.group);
+        let generation = GenerationSpec {
+            max_memories: args.generation.max_memories,
+            max_tokens: args.generation.max_tokens,
+            ..GenerationSpec::default()
+        };
+        let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_dir));
+        return Ok(Model::Teacher { teacher: Teacher::new(chat, None), labelling, generation, cache });
+    }
     if let Some(endpoint) = &args.endpoint {
         let client = OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone()));
-        return Ok((Box::new(OpenAiExtractor::new(client, config)?), 1));
+        return Ok(Model::Extractor(Box::new(OpenAiExtractor::new(client, config)?), 1));
     }
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
     let path = memkit_teacher::teacher::resolve_model(model)?;
-    Ok((Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
+    Ok(Model::Extractor(Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
 }

@@ -65,8 +65,8 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             (Some(all), _) => all.iter().filter(|r| r.pointer.window_id.starts_with(&format!("{}/", d.id))).cloned().collect(),
             (None, ExtractorKind::Rule) => rule.extract(d),
             (None, ExtractorKind::RawTurns) => raw_turn_records(d),
-            (None, ExtractorKind::Model) => anyhow::bail!(
-                "ingest runs the rule baselines itself; for a model, run `memkit extract --model ... -o records.jsonl` and pass --records records.jsonl"
+            (None, ExtractorKind::Model | ExtractorKind::Observations) => anyhow::bail!(
+                "ingest runs the rule baselines itself; for a model or LoCoMo's observations, run `memkit extract ... -o records.jsonl` and pass --records records.jsonl"
             ),
         };
         stored += records.len();

@@ -44,6 +44,10 @@ pub struct DialogueArgs {
     /// Keep only each dialogue's first N sessions (the subset an eval recipe's `sessions` names).
     #[arg(long)]
     pub sessions: Option<usize>,
+    /// LongMemEval: take these haystack sessions (by session id), each as a dialogue of its own
+    /// named `lme-s/<session id>`, instead of whole haystacks; repeatable.
+    #[arg(long = "haystack-session", value_name = "ID")]
+    pub haystack_sessions: Vec<String>,
 }
 
 impl DialogueArgs {
@@ -54,6 +58,19 @@ impl DialogueArgs {
             Format::Longmemeval => memkit_data::load_longmemeval(path)?.into_iter().map(|i| i.dialogue).collect(),
             Format::Jsonl => memkit_data::load_jsonl(path)?,
         };
+        if !self.haystack_sessions.is_empty() {
+            anyhow::ensure!(self.format == Format::Longmemeval, "--haystack-session needs --format longmemeval");
+            let mut picked = Vec::new();
+            for id in &self.haystack_sessions {
+                let session = dialogues
+                    .iter()
+                    .flat_map(|d| &d.sessions)
+                    .find(|s| &s.id == id)
+                    .with_context(|| format!("{}: no haystack session {id:?}", path.display()))?;
+                picked.push(Dialogue { id: format!("lme-s/{id}"), sessions: vec![session.clone()] });
+            }
+            dialogues = picked;
+        }
         if !self.dialogues.is_empty() {
             if let Some(missing) = self.dialogues.iter().find(|id| !dialogues.iter().any(|d| &d.id == *id)) {
                 anyhow::bail!("{}: no dialogue {missing:?}", path.display());

@@ -27,7 +27,8 @@ pub struct Args {
 enum Action {
     /// Download, assemble and verify models by name (see `memkit models list`).
     Fetch {
-        /// Model names; `all` fetches every model (about 1.8 GB).
+        /// Model names; `all` fetches every model (about 1.8 GB), `tests` the ones the test
+        /// suite loads (about 690 MB; what CI fetches).
         #[arg(required = true)]
         names: Vec<String>,
     },
@@ -98,11 +99,19 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         }
         Action::Hub { .. } => unreachable!("handled above"),
         Action::Fetch { names } => {
-            let specs: Vec<&ModelSpec> = if names.iter().any(|n| n == "all") {
-                models::MODELS.iter().collect()
-            } else {
-                names.iter().map(|n| models::spec(n).map_err(anyhow::Error::from)).collect::<anyhow::Result<_>>()?
-            };
+            let mut specs: Vec<&ModelSpec> = Vec::new();
+            for name in &names {
+                let named: Vec<&ModelSpec> = match name.as_str() {
+                    "all" => models::MODELS.iter().collect(),
+                    "tests" => models::TEST_MODELS.iter().map(|n| models::spec(n)).collect::<Result<_, _>>()?,
+                    name => vec![models::spec(name)?],
+                };
+                for spec in named {
+                    if !specs.iter().any(|s| s.name == spec.name) {
+                        specs.push(spec);
+                    }
+                }
+            }
             for spec in specs {
                 let reporter = FetchBars { bars, bar: std::sync::Mutex::new(None) };
                 let path = models::fetch(spec, &options, &reporter).with_context(|| format!("fetching model {}", spec.name))?;

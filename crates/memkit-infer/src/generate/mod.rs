@@ -44,4 +44,4 @@ mod stop;
 
 pub use engine::{EngineOptions, LlamaEngine, ModelMeta};
 pub use error::GenerateError;
-pub use request::{FinishReason, GenerateRequest, Generation, Prompt, Sampling, Timings};
+pub use request::{Dry, FinishReason, GenerateRequest, Generation, Prompt, Sampling, Timings};

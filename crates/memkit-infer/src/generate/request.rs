@@ -54,6 +54,30 @@ pub enum Sampling {
     },
 }
 
+/// DRY ("don't repeat yourself") repetition control, as llama.cpp's `dry` sampler does it: a
+/// token that would extend a sequence already generated earlier in the reply, beyond
+/// `allowed_length` tokens, loses `multiplier · base^(length - allowed_length)` of its logit.
+/// Matching restarts at the breakers `\n`, `:`, `"` and `*` (llama.cpp's defaults), so a JSON
+/// reply's repeated keys and punctuation are free while a sentence copied from an earlier
+/// record is not. Only the reply counts, not the prompt: copying from the conversation is fine.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dry {
+    /// Strength (llama.cpp's `--dry-multiplier`; 0 turns it off).
+    pub multiplier: f32,
+    /// Growth with the length of the repeat (`--dry-base`).
+    pub base: f32,
+    /// Repeats of up to this many tokens are free (`--dry-allowed-length`).
+    pub allowed_length: i32,
+}
+
+impl Default for Dry {
+    /// llama.cpp's recommended settings: multiplier 0.8, base 1.75, allowed length 2.
+    fn default() -> Self {
+        Self { multiplier: 0.8, base: 1.75, allowed_length: 2 }
+    }
+}
+
 /// One generation request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerateRequest {
@@ -70,12 +94,15 @@ pub struct GenerateRequest {
     /// limited as in llama.cpp's JSON grammars. Strings without `maxLength` are unbounded: a
     /// weak model can fill `max_tokens` inside one, and the text is then cut-off JSON.
     pub json_schema: Option<serde_json::Value>,
+    /// Repetition control (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry: Option<Dry>,
 }
 
 impl GenerateRequest {
     /// A greedy request of at most 256 tokens, without stop strings or schema.
     pub fn new(prompt: impl Into<Prompt>) -> Self {
-        Self { prompt: prompt.into(), max_tokens: 256, sampling: Sampling::Greedy, stop: Vec::new(), json_schema: None }
+        Self { prompt: prompt.into(), max_tokens: 256, sampling: Sampling::Greedy, stop: Vec::new(), json_schema: None, dry: None }
     }
 
     /// Sets [`Self::max_tokens`].
@@ -96,6 +123,13 @@ impl GenerateRequest {
     #[must_use]
     pub fn with_stop(mut self, stop: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.stop = stop.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets [`Self::dry`].
+    #[must_use]
+    pub fn with_dry(mut self, dry: Dry) -> Self {
+        self.dry = Some(dry);
         self
     }
 

@@ -19,7 +19,7 @@
 //! against NLTK itself.
 //!
 //! ```
-//! use memkit_eval::porter::stem;
+//! use memkit_text::porter::stem;
 //! assert_eq!(stem("running"), "run");
 //! assert_eq!(stem("Flies"), "fli");
 //! assert_eq!(stem("dies"), "die");

@@ -143,7 +143,7 @@ const NOT_NAMES: &[&str] = &[
 ];
 
 /// Month and weekday names: capitalised, but times, not names.
-pub(crate) const CALENDAR_WORDS: &[&str] = &[
+pub const CALENDAR_WORDS: &[&str] = &[
     "january",
     "february",
     "march",

@@ -1,0 +1,389 @@
+//! Grounding (SPEC §3): every extractor's records are checked against the window they came
+//! from. A record should point at the message that says what it says; small models often point
+//! at a neighbour, copy a context line, or write something no message says.
+//!
+//! For each record, every message of the window (not an assistant's) gets a **support** score in
+//! `[0, 1]`:
+//!
+//! - term coverage: the share of the record's content terms ([`memkit_text::words::terms`]:
+//!   stemmed, stop words out; the speakers' names and `user` out too, since every message of a
+//!   speaker implies them) that occur in the message (text and photo caption);
+//! - with a sentence embedder, the cosine of the record's content and the message, mixed in with
+//!   weight [`GroundingConfig::embed_weight`].
+//!
+//! Then: when the best-supported message scores below [`GroundingConfig::min_support`], the
+//! record is dropped as unsupported ([`ErrorKind::Unsupported`]); when a context-only message
+//! supports it better (by [`GroundingConfig::margin`]) than any new message, it restates what
+//! the previous window already covered and is dropped ([`ErrorKind::ContextSource`]); when the
+//! best new message is another than the model's `source_id` and beats it by the margin, the
+//! record is re-pointed there (and its speaker set to that message's); otherwise the model's
+//! pointer is kept. Each decision is kept in [`Extraction::grounding`] with the model's own
+//! `source_id`.
+//!
+//! The thresholds were chosen on the project's gold set (`data/gold/`), never on LoCoMo conv-26
+//! of the end-to-end report (see `data/gold/README.md`).
+
+use std::collections::HashSet;
+
+use memkit_data::{Window, WindowMessage};
+use memkit_schema::{ErrorKind, Role};
+use memkit_text::words::terms;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::embed::SentenceEmbedder;
+use crate::extract::Extraction;
+
+/// Thresholds of grounding.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroundingConfig {
+    /// Ground at all (on by default).
+    pub enabled: bool,
+    /// Least support of the best message; below it the record is dropped as unsupported.
+    pub min_support: f64,
+    /// How much better another message must support a record to take its pointer.
+    pub margin: f64,
+    /// Weight of the embedding cosine in the support, when an embedder is loaded (the term
+    /// coverage gets the rest).
+    pub embed_weight: f64,
+}
+
+impl Default for GroundingConfig {
+    /// Chosen on the gold set (`data/gold/README.md`).
+    fn default() -> Self {
+        Self { enabled: true, min_support: 0.3, margin: 0.15, embed_weight: 0.5 }
+    }
+}
+
+/// What grounding did with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The model's pointer stands.
+    Kept,
+    /// Pointed at a better-supported message.
+    Repointed,
+    /// No message supports it: dropped.
+    Unsupported,
+    /// A context-only message says it: dropped (the previous window covers it).
+    Context,
+}
+
+/// One record's grounding, as the ledgers keep it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grounded {
+    /// The record's content.
+    pub content: String,
+    /// The `source_id` the model wrote.
+    pub model_source_id: u32,
+    /// The `source_id` after grounding (the model's when kept or dropped).
+    pub source_id: u32,
+    /// Support of the model's message.
+    pub model_support: f64,
+    /// Support of the best message.
+    pub best_support: f64,
+    /// What happened.
+    pub decision: Decision,
+}
+
+/// Counts of grounding decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroundingTally {
+    /// Records whose pointer stood.
+    pub kept: usize,
+    /// Records re-pointed.
+    pub repointed: usize,
+    /// Records dropped as unsupported.
+    pub unsupported: usize,
+    /// Records dropped as restating a context-only message.
+    #[serde(default)]
+    pub context: usize,
+}
+
+impl GroundingTally {
+    /// Tallies decisions.
+    pub fn of<'a>(decisions: impl IntoIterator<Item = &'a Grounded>) -> Self {
+        let mut tally = Self::default();
+        for g in decisions {
+            tally.add_one(g.decision);
+        }
+        tally
+    }
+
+    fn add_one(&mut self, decision: Decision) {
+        match decision {
+            Decision::Kept => self.kept += 1,
+            Decision::Repointed => self.repointed += 1,
+            Decision::Unsupported => self.unsupported += 1,
+            Decision::Context => self.context += 1,
+        }
+    }
+
+    /// Adds another tally.
+    pub fn add(&mut self, other: Self) {
+        self.kept += other.kept;
+        self.repointed += other.repointed;
+        self.unsupported += other.unsupported;
+        self.context += other.context;
+    }
+
+    /// Records grounded.
+    pub fn total(&self) -> usize {
+        self.kept + self.repointed + self.unsupported + self.context
+    }
+}
+
+/// Grounds extractions: [`GroundingConfig`] and, optionally, a sentence embedder.
+#[derive(Debug, Default)]
+pub struct Grounder {
+    config: GroundingConfig,
+    embedder: Option<SentenceEmbedder>,
+}
+
+impl Grounder {
+    /// A grounder by term coverage alone.
+    pub fn new(config: GroundingConfig) -> Self {
+        Self { config, embedder: None }
+    }
+
+    /// Mixes in the embedding cosine of `embedder`.
+    #[must_use]
+    pub fn with_embedder(mut self, embedder: SentenceEmbedder) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+
+    /// A grounder with all-MiniLM-L6-v2 when it is installed (a log line says which).
+    pub fn with_installed_embedder(config: GroundingConfig) -> Result<Self> {
+        let grounder = Self::new(config);
+        if !config.enabled {
+            return Ok(grounder);
+        }
+        match crate::models::locate(crate::models::ALL_MINILM_L6_V2.name) {
+            Some(dir) => {
+                tracing::info!("grounding by term coverage and all-MiniLM-L6-v2 cosine");
+                Ok(grounder.with_embedder(SentenceEmbedder::load(dir)?))
+            }
+            None => {
+                tracing::info!("grounding by term coverage only (all-MiniLM-L6-v2 is not installed: memkit models fetch all-minilm-l6-v2)");
+                Ok(grounder)
+            }
+        }
+    }
+
+    /// The thresholds.
+    pub fn config(&self) -> &GroundingConfig {
+        &self.config
+    }
+
+    /// Whether it uses an embedder.
+    pub fn embeds(&self) -> bool {
+        self.embedder.is_some()
+    }
+
+    /// Grounds `extraction`'s records against `window`: re-points, drops the unsupported ones
+    /// into its errors, and records every decision in [`Extraction::grounding`]. Does nothing
+    /// when grounding is off.
+    pub fn ground(&self, window: &Window, extraction: &mut Extraction) -> Result<()> {
+        if !self.config.enabled || extraction.records.is_empty() {
+            return Ok(());
+        }
+        let candidates: Vec<&WindowMessage> = window.messages.iter().filter(|m| m.role != Role::Assistant).collect();
+        let in_suffix = |i: usize| window.in_suffix(candidates[i].number);
+        let names: HashSet<String> = window.messages.iter().flat_map(|m| terms(&m.speaker)).chain(terms("user")).collect();
+        let message_terms: Vec<HashSet<String>> = candidates.iter().map(|m| terms(&message_text(m)).into_iter().collect()).collect();
+        let cosines = match &self.embedder {
+            Some(embedder) => {
+                let texts: Vec<String> = candidates.iter().map(|m| message_text(m)).collect();
+                let contents: Vec<&str> = extraction.records.iter().map(|r| r.content.as_str()).collect();
+                let all: Vec<&str> = texts.iter().map(String::as_str).chain(contents.iter().copied()).collect();
+                let vectors = embedder.embed(&all)?;
+                let (messages, records) = vectors.split_at(texts.len());
+                Some(records.iter().map(|r| messages.iter().map(|m| dot(r, m).clamp(0.0, 1.0)).collect::<Vec<f64>>()).collect::<Vec<_>>())
+            }
+            None => None,
+        };
+        let weight = if cosines.is_some() { self.config.embed_weight } else { 0.0 };
+        let records = std::mem::take(&mut extraction.records);
+        for (k, mut record) in records.into_iter().enumerate() {
+            let own: Vec<String> =
+                terms(&record.content).into_iter().filter(|t| !names.contains(t)).collect::<HashSet<_>>().into_iter().collect();
+            let support: Vec<f64> = (0..candidates.len())
+                .map(|i| {
+                    let coverage = if own.is_empty() {
+                        0.0
+                    } else {
+                        own.iter().filter(|t| message_terms[i].contains(*t)).count() as f64 / own.len() as f64
+                    };
+                    let cosine = cosines.as_ref().map_or(0.0, |c| c[k][i]);
+                    (1.0 - weight) * coverage + weight * cosine
+                })
+                .collect();
+            let model_index = candidates.iter().position(|m| m.number == record.source_id);
+            let model_support = model_index.map_or(0.0, |i| support[i]);
+            // The best new message; ties go to the model's own pointer, then to the earlier one.
+            let (best, best_support) = (0..candidates.len()).filter(|&i| in_suffix(i)).fold((model_index, model_support), |(bi, bs), i| {
+                if support[i] > bs || bi.is_none() { (Some(i), support[i]) } else { (bi, bs) }
+            });
+            let context_support = (0..candidates.len()).filter(|&i| !in_suffix(i)).map(|i| support[i]).fold(0.0, f64::max);
+            let mut grounded = Grounded {
+                content: record.content.clone(),
+                model_source_id: record.source_id,
+                source_id: record.source_id,
+                model_support,
+                best_support,
+                decision: Decision::Kept,
+            };
+            match best {
+                _ if context_support >= self.config.min_support && context_support > best_support + self.config.margin => {
+                    grounded.decision = Decision::Context;
+                }
+                Some(_) if best_support < self.config.min_support => grounded.decision = Decision::Unsupported,
+                None => grounded.decision = Decision::Unsupported,
+                Some(i) if Some(i) != model_index && best_support >= model_support + self.config.margin => {
+                    grounded.decision = Decision::Repointed;
+                    record.source_id = candidates[i].number;
+                    record.source_speaker.clone_from(&candidates[i].speaker);
+                    grounded.source_id = record.source_id;
+                }
+                Some(_) => {}
+            }
+            let dropped = match grounded.decision {
+                Decision::Unsupported => {
+                    Some((ErrorKind::Unsupported, format!("no new message of the window supports it (best support {best_support:.2})")))
+                }
+                Decision::Context => Some((
+                    ErrorKind::ContextSource,
+                    format!("a context-only message says it (support {context_support:.2} against {best_support:.2})"),
+                )),
+                Decision::Kept | Decision::Repointed => None,
+            };
+            match dropped {
+                Some((kind, reason)) => extraction.errors.push(memkit_schema::RecordError {
+                    index: Some(k),
+                    kind,
+                    reason,
+                    raw: serde_json::to_string(&record).unwrap_or_default(),
+                }),
+                None => extraction.records.push(record),
+            }
+            extraction.grounding.push(grounded);
+        }
+        Ok(())
+    }
+}
+
+/// A message's text with its photo caption.
+fn message_text(m: &WindowMessage) -> String {
+    match &m.caption {
+        Some(c) => format!("{} {c}", m.text),
+        None => m.text.clone(),
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::Usage;
+
+    fn window() -> Window {
+        let message = |number: u32, speaker: &str, text: &str| WindowMessage {
+            number,
+            turn_id: format!("D1:{number}"),
+            speaker: speaker.into(),
+            role: Role::User,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            assistant_reply: None,
+        };
+        Window {
+            id: "conv/w1".into(),
+            dialogue_id: "conv".into(),
+            index: 1,
+            context: 1,
+            max_message_chars: 8000,
+            messages: vec![
+                message(1, "Jon", "I lost my job as a banker yesterday."),
+                message(2, "Gina", "Sorry Jon! I also lost my job at Door Dash this month."),
+                message(3, "Jon", "I'm going to open a dance studio, dancing is my passion."),
+                message(4, "Gina", "That's awesome, good luck!"),
+            ],
+        }
+    }
+
+    fn extraction(records: &[(u32, &str, &str)]) -> Extraction {
+        let memories: Vec<serde_json::Value> = records
+            .iter()
+            .map(|(id, speaker, content)| {
+                serde_json::json!({"source_id": id, "source_speaker": speaker, "content": content,
+                    "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+            })
+            .collect();
+        Extraction::from_output(&window(), serde_json::json!({ "memories": memories }).to_string(), Usage::default())
+    }
+
+    fn decisions(e: &Extraction) -> Vec<(u32, u32, Decision)> {
+        e.grounding.iter().map(|g| (g.model_source_id, g.source_id, g.decision)).collect()
+    }
+
+    #[test]
+    fn keeps_a_correct_pointer() {
+        let mut e = extraction(&[(3, "Jon", "Jon plans to open a dance studio.")]);
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        assert_eq!(decisions(&e), [(3, 3, Decision::Kept)]);
+        assert_eq!(e.records.len(), 1);
+    }
+
+    #[test]
+    fn repoints_to_the_message_that_says_it() {
+        // Gina's job loss is in message 2, not in Jon's message 3; the speaker follows.
+        let mut e = extraction(&[(3, "Jon", "Gina lost her job at Door Dash.")]);
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        assert_eq!(decisions(&e), [(3, 2, Decision::Repointed)]);
+        assert_eq!((e.records[0].source_id, e.records[0].source_speaker.as_str()), (2, "Gina"));
+        // Coverage: {lost, job, door, dash} all in message 2 (4/4), none in message 3 (0/4).
+        assert_eq!((e.grounding[0].model_support, e.grounding[0].best_support), (0.0, 1.0));
+    }
+
+    #[test]
+    fn drops_what_no_message_supports() {
+        // "Lisbon" and "design" appear nowhere in the window (a leaked prompt example).
+        let mut e = extraction(&[(3, "Jon", "Jon moved to Lisbon for a design job."), (4, "Gina", "Gina wished Jon good luck.")]);
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        // Record 1: terms {move, lisbon, design, job}; best is message 2 with {job}: 1/4 < 0.3.
+        assert_eq!(decisions(&e), [(3, 3, Decision::Unsupported), (4, 4, Decision::Kept)]);
+        assert_eq!(e.records.len(), 1);
+        assert_eq!(e.errors.iter().filter(|x| x.kind == ErrorKind::Unsupported).count(), 1);
+        assert_eq!(GroundingTally::of(&e.grounding), GroundingTally { kept: 1, repointed: 0, unsupported: 1, context: 0 });
+    }
+
+    #[test]
+    fn a_record_that_restates_the_context_is_dropped_and_off_means_off() {
+        // Terms {lost, job, banker}: context message 1 has all three (1.0), the best new message
+        // (2) has {lost, job} (0.67): the previous window covers it.
+        let mut e = extraction(&[(3, "Jon", "Jon lost his job as a banker.")]);
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        assert_eq!(decisions(&e), [(3, 3, Decision::Context)]);
+        assert_eq!(e.errors.iter().map(|x| x.kind).collect::<Vec<_>>(), [ErrorKind::ContextSource]);
+        let mut e = extraction(&[(3, "Jon", "Jon moved to Lisbon.")]);
+        Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() }).ground(&window(), &mut e).unwrap();
+        assert!(e.grounding.is_empty());
+        assert_eq!(e.records.len(), 1);
+    }
+
+    #[test]
+    fn the_margin_protects_the_models_choice() {
+        // Message 2 supports it fully (1.0) and message 3 not at all (0.0): with a margin above
+        // 1.0 the model's pointer stands, with the default it moves.
+        let config = GroundingConfig { margin: 1.5, ..GroundingConfig::default() };
+        let mut e = extraction(&[(3, "Jon", "Gina lost her job at Door Dash.")]);
+        Grounder::new(config).ground(&window(), &mut e).unwrap();
+        assert_eq!(decisions(&e), [(3, 3, Decision::Kept)]);
+    }
+}

@@ -1,0 +1,416 @@
+//! How the teacher is asked about one window, and how its replies become the window's records
+//! (SPEC §3: the teacher decomposes, the student does not).
+//!
+//! - [`Mode::Window`]: one request, the extraction prompt the student learns (`extract.j2`) and
+//!   the extractor schema. For strong endpoint teachers.
+//! - [`Mode::Decomposed`]: the window's new messages, minus those the [`prefilter`] skips, in
+//!   groups of 1–3; one request per group with the teacher prompt (`teach.j2`: the whole window as
+//!   the conversation, records asked for the group only), a schema that allows only the group's
+//!   message numbers as `source_id` and their speakers, and the speaker set from the message by
+//!   construction. The requests of a window share everything up to the group, which a local
+//!   teacher evaluates once. The group replies are [`assemble`]d into one extraction of the
+//!   window, in message order: the per-window target the student learns.
+//!
+//! Either way a reply whose records speak in the first person gets one [`repair_request`] that
+//! names each problem, and a `time` that has an exact normalised form gets it
+//! ([`normalise_time`]).
+
+use memkit_data::{Window, WindowMessage};
+use memkit_infer::chat::ChatRequest;
+use memkit_infer::extract::Usage;
+use memkit_infer::{ExtractConfig, Extraction};
+use memkit_prompt::{ChatMessage, Prompts};
+use memkit_schema::Role;
+use memkit_text::person::first_person;
+use memkit_text::words::tokens;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::recipe::{GenerationSpec, LabellingSpec, Mode};
+use crate::run::cache_key;
+
+/// One request of a window's labelling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    /// The message numbers the request asks records for.
+    pub targets: Vec<u32>,
+    /// The request.
+    pub request: ChatRequest,
+    /// Its cache key.
+    pub key: String,
+}
+
+/// What the teacher is asked about a window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// How.
+    pub mode: Mode,
+    /// New messages skipped by the prefilter (decomposed mode).
+    pub skipped: Vec<u32>,
+    /// The requests, in message order.
+    pub asks: Vec<Ask>,
+}
+
+/// Plans the requests for `window`.
+pub fn plan(
+    window: &Window,
+    mode: Mode,
+    labelling: &LabellingSpec,
+    generation: &GenerationSpec,
+    prompts: &Prompts,
+    model_id: &str,
+) -> Result<Plan> {
+    let config = generation.extract_config();
+    let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
+        let key = cache_key(model_id, &messages, generation, labelling.avoid_repeats);
+        let request = ChatRequest { messages, max_tokens: config.max_tokens, schema: Some(schema), avoid_repeats: labelling.avoid_repeats };
+        Ask { targets, request, key }
+    };
+    match mode {
+        Mode::Window => {
+            let messages = prompts.render_extract(window, &config.prompt_options())?.to_messages();
+            let targets = window.suffix().iter().map(|m| m.number).collect();
+            Ok(Plan { mode, skipped: Vec::new(), asks: vec![ask(targets, messages, config.json_schema())] })
+        }
+        Mode::Decomposed => {
+            let speakers: Vec<String> = window.messages.iter().flat_map(|m| tokens(&m.speaker)).collect();
+            let (kept, skipped): (Vec<&WindowMessage>, Vec<&WindowMessage>) = window
+                .suffix()
+                .iter()
+                .filter(|m| m.role != Role::Assistant)
+                .partition(|m| !labelling.prefilter || !prefilter(m, &speakers));
+            let mut asks = Vec::new();
+            for group in kept.chunks(labelling.group.max(1)) {
+                let targets: Vec<u32> = group.iter().map(|m| m.number).collect();
+                let messages = prompts.render_teach(window, &targets, &config.prompt_options())?.to_messages();
+                asks.push(ask(targets, messages, group_schema(&config, group)));
+            }
+            Ok(Plan { mode, skipped: skipped.iter().map(|m| m.number).collect(), asks })
+        }
+    }
+}
+
+/// The extractor schema narrowed to one group: `source_id` one of the group's numbers,
+/// `source_speaker` one of their speakers.
+fn group_schema(config: &ExtractConfig, group: &[&WindowMessage]) -> serde_json::Value {
+    let mut schema = config.json_schema();
+    let item = &mut schema["properties"]["memories"]["items"]["properties"];
+    item["source_id"] = serde_json::json!({ "enum": group.iter().map(|m| m.number).collect::<Vec<_>>() });
+    let mut speakers: Vec<&str> = group.iter().map(|m| m.speaker.as_str()).collect();
+    speakers.dedup();
+    item["source_speaker"] = serde_json::json!({ "enum": speakers });
+    schema
+}
+
+/// Phatic words: a message made of these (and stop words) tells nothing to remember.
+const PHATIC: &[&str] = &[
+    "aw",
+    "awesome",
+    "amazing",
+    "bye",
+    "care",
+    "cheers",
+    "congrats",
+    "congratulations",
+    "cool",
+    "day",
+    "evening",
+    "fantastic",
+    "fun",
+    "glad",
+    "good",
+    "goodbye",
+    "great",
+    "haha",
+    "hahaha",
+    "happy",
+    "hear",
+    "hello",
+    "hey",
+    "hi",
+    "hope",
+    "lol",
+    "lovely",
+    "luck",
+    "morning",
+    "much",
+    "nice",
+    "night",
+    "no",
+    "ok",
+    "okay",
+    "oh",
+    "omg",
+    "see",
+    "soon",
+    "sounds",
+    "sure",
+    "take",
+    "talk",
+    "thank",
+    "thanks",
+    "thx",
+    "ttyl",
+    "well",
+    "wonderful",
+    "wow",
+    "yay",
+    "yeah",
+    "yep",
+    "yes",
+    "yup",
+];
+
+/// Whether a message has nothing to remember: its words (photo caption aside: a caption alone
+/// describes a picture, not a person) are at most 12, and all stop words, phatic words ("hi",
+/// "thanks", "awesome", "good luck") or the names of the conversation's `speakers` (lowercase
+/// tokens). A question or any other word keeps the message.
+pub fn prefilter(message: &WindowMessage, speakers: &[String]) -> bool {
+    if message.text.contains('?') {
+        return false;
+    }
+    // "that's" → "that", "s": contractions are stop words and a stray letter.
+    let words = tokens(&message.text.replace(['\'', '\u{2019}'], " "));
+    words.len() <= 12
+        && words.iter().all(|w| w.len() == 1 || memkit_text::words::is_stop_word(w) || PHATIC.contains(&w.as_str()) || speakers.contains(w))
+}
+
+/// Assembles the replies of a window's asks (in plan order) into one extraction: records in
+/// message order, each group's speaker set from its message (decomposed mode), every error, the
+/// usage summed, and the raw replies joined by a newline.
+pub fn assemble(window: &Window, plan: &Plan, replies: &[(String, Usage)]) -> Extraction {
+    let mut usage = Usage::default();
+    let mut raw = Vec::with_capacity(replies.len());
+    let mut records = Vec::new();
+    let mut errors = Vec::new();
+    for ((text, u), ask) in replies.iter().zip(&plan.asks) {
+        usage.prompt_tokens += u.prompt_tokens;
+        usage.completion_tokens += u.completion_tokens;
+        usage.millis += u.millis;
+        usage.hit_max_tokens |= u.hit_max_tokens;
+        raw.push(text.as_str());
+        let part = Extraction::from_output(window, text.clone(), *u);
+        for mut record in part.records {
+            if plan.mode == Mode::Decomposed
+                && ask.targets.contains(&record.source_id)
+                && let Some(message) = window.message(record.source_id)
+            {
+                record.source_speaker.clone_from(&message.speaker);
+            }
+            records.push(record);
+        }
+        errors.extend(part.errors);
+    }
+    records.sort_by_key(|r| r.source_id);
+    Extraction { window_id: window.id.clone(), records, errors, raw: raw.join("\n"), usage, grounding: Vec::new() }
+}
+
+/// One re-ask of a reply, with the problems it names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repair {
+    /// The message numbers of the request that was repaired.
+    pub targets: Vec<u32>,
+    /// What was wrong, one line per record.
+    pub problems: Vec<String>,
+    /// Whether the second reply came back whole and without the problems (and replaced the first).
+    pub fixed: bool,
+}
+
+/// The problems of a reply that a re-ask can fix: records in the first person.
+pub fn problems(window: &Window, reply: &str) -> Vec<String> {
+    let parsed = Extraction::from_output(window, reply.to_owned(), Usage::default());
+    parsed
+        .records
+        .iter()
+        .filter(|r| first_person(&r.content))
+        .map(|r| {
+            let name = window.message(r.source_id).map_or(r.source_speaker.as_str(), |m| m.speaker.as_str());
+            format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content)
+        })
+        .collect()
+}
+
+/// The follow-up request after `reply` to `ask`: the same chat, the reply, and `repair.j2`
+/// listing `problems`.
+pub fn repair_request(ask: &Ask, reply: &str, problems: &[String], prompts: &Prompts) -> Result<ChatRequest> {
+    let mut request = ask.request.clone();
+    request.messages.push(ChatMessage::assistant(reply.to_owned()));
+    request.messages.push(ChatMessage::user(prompts.render_repair(problems)?));
+    Ok(request)
+}
+
+/// The normalised form of a `time` that has exactly one (`2023-05-20T10:00:00` → `2023-05-20`,
+/// `2023/05/20` → `2023-05-20`, `May 2023` → `2023-05`, `May 20, 2023` → `2023-05-20`); `None`
+/// when it is already normal or has no exact form ("last week").
+pub fn normalise_time(time: &str) -> Option<String> {
+    use chrono::NaiveDate;
+    let t = time.trim();
+    if t.is_empty() || t.parse::<memkit_schema::TimeSpan>().is_ok() {
+        return None;
+    }
+    if let Some(day) = t.get(..10).filter(|_| t.len() > 10 && t.as_bytes()[10] == b'T')
+        && NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
+    {
+        return Some(day.to_owned());
+    }
+    // A four-digit year at the end, and a day only when there are three parts ("May 20, 2023").
+    let parts = t.split_whitespace().count();
+    let year_last = t.rsplit(' ').next().is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()));
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y/%m/%d") {
+        return Some(d.format("%Y-%m-%d").to_string());
+    }
+    if year_last && parts == 3 {
+        for format in ["%B %d, %Y", "%B %d %Y", "%d %B %Y", "%b %d, %Y", "%b %d %Y", "%d %b %Y"] {
+            if let Ok(d) = NaiveDate::parse_from_str(t, format) {
+                return Some(d.format("%Y-%m-%d").to_string());
+            }
+        }
+    }
+    if year_last && parts == 2 {
+        for format in ["%B %Y", "%b %Y"] {
+            if let Ok(d) = NaiveDate::parse_from_str(&format!("1 {t}"), &format!("%d {format}")) {
+                return Some(d.format("%Y-%m").to_string());
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use memkit_data::WindowMessage;
+
+    use super::*;
+
+    fn message(number: u32, speaker: &str, text: &str) -> WindowMessage {
+        WindowMessage {
+            number,
+            turn_id: format!("D1:{number}"),
+            speaker: speaker.into(),
+            role: Role::User,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            assistant_reply: None,
+        }
+    }
+
+    fn window() -> Window {
+        Window {
+            id: "conv-30/w0".into(),
+            dialogue_id: "conv-30".into(),
+            index: 0,
+            context: 1,
+            max_message_chars: 8000,
+            messages: vec![
+                message(1, "Gina", "Hey Jon! Good to see you. What's up? Anything new?"),
+                message(2, "Jon", "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own business."),
+                message(3, "Gina", "Sorry about your job Jon, but starting your own business sounds awesome!"),
+                message(4, "Jon", "Thanks, Gina!"),
+                message(5, "Gina", "Wow, that's awesome! Good luck!"),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_prefilter_skips_only_messages_with_nothing_to_remember() {
+        // Real LoCoMo conv-30 turns (D1:1..3) and short reactions.
+        let w = window();
+        let speakers = ["gina".to_owned(), "jon".to_owned()];
+        let skipped: Vec<bool> = w.messages.iter().map(|m| prefilter(m, &speakers)).collect();
+        assert_eq!(skipped, [false, false, false, true, true]);
+        // A bare photo turn: no words at all.
+        let mut photo = message(6, "Jon", "");
+        photo.caption = Some("a photo of a dance studio".into());
+        assert!(prefilter(&photo, &speakers));
+        assert!(!prefilter(&message(7, "Jon", "Thanks! I got the keys to the studio today."), &speakers));
+        assert!(!prefilter(&message(8, "Jon", "Thanks, Mia!"), &speakers), "Mia is not a speaker: maybe someone to remember");
+    }
+
+    #[test]
+    fn decomposed_requests_fix_the_source_by_schema() {
+        let spec = LabellingSpec { mode: Some(Mode::Decomposed), ..LabellingSpec::default() };
+        let p = plan(&window(), Mode::Decomposed, &spec, &GenerationSpec::default(), &Prompts::embedded().unwrap(), "m").unwrap();
+        // Suffix 2..=5; 4 and 5 skipped; groups of two: [2, 3].
+        assert_eq!(p.skipped, [4, 5]);
+        assert_eq!(p.asks.iter().map(|a| a.targets.clone()).collect::<Vec<_>>(), [vec![2, 3]]);
+        let schema = p.asks[0].request.schema.as_ref().unwrap();
+        let item = &schema["properties"]["memories"]["items"]["properties"];
+        assert_eq!(item["source_id"], serde_json::json!({"enum": [2, 3]}));
+        assert_eq!(item["source_speaker"], serde_json::json!({"enum": ["Jon", "Gina"]}));
+        assert!(p.asks[0].request.messages[1].content.contains("Records for messages 2 (Jon) and 3 (Gina)."));
+    }
+
+    #[test]
+    fn group_replies_become_one_window_target_in_message_order() {
+        let spec = LabellingSpec { mode: Some(Mode::Decomposed), group: 1, prefilter: false, ..LabellingSpec::default() };
+        let w = window();
+        let p = plan(&w, Mode::Decomposed, &spec, &GenerationSpec::default(), &Prompts::embedded().unwrap(), "m").unwrap();
+        assert_eq!(p.asks.len(), 4);
+        let rec = |id: u32, speaker: &str, content: &str| {
+            serde_json::json!({"source_id": id, "source_speaker": speaker, "content": content,
+                "dimension": {"memory_type": "episodic", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+        };
+        let usage = Usage { prompt_tokens: 10, completion_tokens: 5, millis: 7, hit_max_tokens: false };
+        let replies = [
+            // Message 2's group: the speaker is set from the message (the reply said "Gina").
+            (serde_json::json!({"memories": [rec(2, "Gina", "Jon lost his job as a banker."), rec(2, "Jon", "Jon plans to start a business.")]}).to_string(), usage),
+            (serde_json::json!({"memories": [rec(3, "Gina", "Gina thinks Jon's business idea is awesome.")]}).to_string(), usage),
+            (r#"{"memories":[]}"#.to_owned(), usage),
+            (r#"{"memories":[]}"#.to_owned(), usage),
+        ];
+        let e = assemble(&w, &p, &replies);
+        let got: Vec<(u32, &str)> = e.records.iter().map(|r| (r.source_id, r.source_speaker.as_str())).collect();
+        assert_eq!(got, [(2, "Jon"), (2, "Jon"), (3, "Gina")]);
+        assert_eq!((e.usage.prompt_tokens, e.usage.completion_tokens, e.usage.millis), (40, 20, 28));
+        assert!(e.errors.is_empty());
+        assert_eq!(e.raw.lines().count(), 4);
+    }
+
+    #[test]
+    fn a_truncated_group_reply_makes_the_window_incomplete() {
+        let spec = LabellingSpec { mode: Some(Mode::Decomposed), group: 3, prefilter: false, ..LabellingSpec::default() };
+        let w = window();
+        let p = plan(&w, Mode::Decomposed, &spec, &GenerationSpec::default(), &Prompts::embedded().unwrap(), "m").unwrap();
+        let cut = Usage { hit_max_tokens: true, ..Usage::default() };
+        let replies = [
+            (r#"{"memories":[{"source_id":2,"source_speaker":"Jon","content":"Jon lost"#.to_owned(), cut),
+            (r#"{"memories":[]}"#.to_owned(), Usage::default()),
+        ];
+        let e = assemble(&w, &p, &replies);
+        assert!(e.errors.iter().any(|x| x.kind.is_whole_reply()), "{:?}", e.errors);
+        assert!(e.usage.hit_max_tokens);
+    }
+
+    #[test]
+    fn first_person_records_get_one_named_re_ask() {
+        let w = window();
+        let reply = r#"{"memories":[{"source_id":2,"source_speaker":"Jon","content":"I lost my job as a banker.","dimension":{"memory_type":"episodic","time":"","location":"","reason":"","purpose":"","keywords":[]}}]}"#;
+        let found = problems(&w, reply);
+        assert_eq!(found, ["\"I lost my job as a banker.\" speaks as the speaker: write it in the third person and name Jon."]);
+        let spec = LabellingSpec::default();
+        let prompts = Prompts::embedded().unwrap();
+        let p = plan(&w, Mode::Decomposed, &spec, &GenerationSpec::default(), &prompts, "m").unwrap();
+        let again = repair_request(&p.asks[0], reply, &found, &prompts).unwrap();
+        assert_eq!(again.messages.len(), 4);
+        assert_eq!(again.messages[2].content, reply);
+        assert!(again.messages[3].content.contains("name Jon"));
+    }
+
+    #[test]
+    fn times_with_one_exact_normal_form_are_normalised() {
+        let cases = [
+            ("2023-05-20T10:00:00", Some("2023-05-20")),
+            ("2023/05/20", Some("2023-05-20")),
+            ("May 2023", Some("2023-05")),
+            ("May 20, 2023", Some("2023-05-20")),
+            ("20 May 2023", Some("2023-05-20")),
+            ("2023-05", None),
+            ("last week", None),
+            ("", None),
+        ];
+        for (time, expected) in cases {
+            assert_eq!(normalise_time(time).as_deref(), expected, "{time}");
+        }
+    }
+}
