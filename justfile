@@ -25,7 +25,7 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
 # `just distill recipes/distill/lme-filler.toml --limit 20`.
 [doc('Label dialogue windows with the local teacher; resumable (re-run to continue)')]
-distill recipe="recipes/distill/lme-filler.toml" *args="":
+distill recipe="recipes/distill/lme-decomposed.toml" *args="":
     {{memkit}} distill --recipe {{recipe}} {{args}}
 
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs

@@ -329,3 +329,32 @@ fn tokenizer_template_and_metadata() {
     let plain = engine.tokenize("Hello", false);
     assert_eq!(with_special.len() - plain.len(), usize::from(meta.add_bos));
 }
+
+/// The longest run of one word repeated back to back, and how many times the text repeats its
+/// most frequent 4-word sequence.
+fn repeats(text: &str) -> usize {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut counts = std::collections::HashMap::new();
+    for w in words.windows(4) {
+        *counts.entry(w.join(" ")).or_insert(0usize) += 1;
+    }
+    counts.into_values().max().unwrap_or(0)
+}
+
+#[test]
+fn dry_damps_a_reply_that_loops() {
+    use memkit_infer::generate::Dry;
+    let Some(path) = smollm2() else { return };
+    let mut engine = LlamaEngine::load(&path, options()).unwrap();
+    // Six sentences forced by the schema: greedy SmolLM2-135M writes one sentence over and over.
+    // DRY sees only the reply, so it lets the first sentence through and penalises its repeats.
+    let prompt = format!("{SYSTEM}{}", user_turn("Write six sentences about cats, as a JSON list of strings."));
+    let schema = serde_json::json!({"type": "array", "minItems": 6, "maxItems": 6, "items": {"type": "string", "maxLength": 80}});
+    let request = GenerateRequest::new(prompt.as_str()).with_max_tokens(160).with_json_schema(schema);
+    let plain = engine.generate(&request).unwrap();
+    let dry = engine.generate(&request.clone().with_dry(Dry::default())).unwrap();
+    // The sentences written in full (a reply cut at max_tokens loses only its last one).
+    let distinct = |text: &str| text.split('"').skip(1).step_by(2).collect::<std::collections::HashSet<_>>().len();
+    assert!(distinct(&plain.text) < 6, "the control must repeat itself: {:?}", plain.text);
+    assert!(distinct(&dry.text) > distinct(&plain.text), "DRY did not damp the loop:\n{:?}\n{:?}", plain.text, dry.text);
+}

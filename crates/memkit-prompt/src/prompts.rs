@@ -231,20 +231,23 @@ impl Prompts {
         )
     }
 
-    /// The decomposed teacher's prompt: the whole window as the conversation, and records asked
-    /// for the messages numbered `targets` only (the extractor output's `source_id`s).
-    pub fn render_teach(&self, window: &Window, targets: &[u32], options: &ExtractOptions) -> Result<ChatMessages> {
+    /// The decomposed teacher's prompt: records for the messages numbered `targets` (the
+    /// extractor output's `source_id`s), with up to `earlier` messages of the window before the
+    /// first of them as context.
+    pub fn render_teach(&self, window: &Window, targets: &[u32], earlier: usize, options: &ExtractOptions) -> Result<ChatMessages> {
+        let first = targets.first().copied().unwrap_or(1) as usize;
+        let from = first.saturating_sub(1).saturating_sub(earlier);
+        let earlier: Vec<String> =
+            window.messages[from..first.saturating_sub(1)].iter().map(|m| m.render_line(window.max_message_chars)).collect();
         let targets: Vec<Value> = targets
             .iter()
-            .map(|&n| {
-                let speaker = window.message(n).map(|m| m.speaker.as_str()).unwrap_or_default();
-                context! { number => n, speaker => speaker }
-            })
+            .filter_map(|&n| window.message(n))
+            .map(|m| context! { number => m.number, speaker => m.speaker.as_str(), line => m.render_line(window.max_message_chars) })
             .collect();
         self.render(
             PromptName::Teach,
             context! {
-                lines => window.render(),
+                earlier => earlier.join("\n"),
                 targets => targets,
                 max_memories => options.max_memories,
                 max_keywords => options.max_keywords,

@@ -99,23 +99,29 @@ fn snapshot_extract_window_with_context() {
 #[test]
 fn snapshot_teach_one_and_two_messages() {
     let w = &fixture_windows()[1];
-    let one = prompts().render_teach(w, &[3], &ExtractOptions::default()).unwrap();
-    let two = prompts().render_teach(w, &[3, 4], &ExtractOptions::default()).unwrap();
-    insta::assert_snapshot!(format!("{}\n\n=== two messages ===\n\n{}", show(&one), two.user));
+    let one = prompts().render_teach(w, &[3], 3, &ExtractOptions::default()).unwrap();
+    let two = prompts().render_teach(w, &[3, 4], 1, &ExtractOptions::default()).unwrap();
+    insta::assert_snapshot!(format!("{}\n\n=== two messages, one of context ===\n\n{}", show(&one), two.user));
 }
 
 #[test]
-fn teach_requests_of_a_window_share_everything_up_to_the_group() {
+fn teach_shows_the_targets_and_only_the_messages_just_before() {
     let prompts = prompts();
     let w = &fixture_windows()[1];
     let options = ExtractOptions::default();
-    let a = prompts.render_teach(w, &[3], &options).unwrap();
-    let b = prompts.render_teach(w, &[4], &options).unwrap();
-    assert_eq!(a.system, prompts.render_teach(&fixture_windows()[0], &[1], &options).unwrap().system);
-    // The conversation comes first and whole, the group last, after a blank line.
-    let shared = format!("Conversation:\n{}\n\n", w.render());
-    assert!(a.user.starts_with(&shared) && b.user.starts_with(&shared), "{}", a.user);
-    assert!(a.user[shared.len()..].starts_with("Records for message 3 ("), "{}", a.user);
+    let a = prompts.render_teach(w, &[3], 1, &options).unwrap();
+    assert_eq!(a.system, prompts.render_teach(&fixture_windows()[0], &[1], 3, &options).unwrap().system);
+    assert_eq!(
+        a.user,
+        format!(
+            "Earlier messages:\n{}\nThe message, from Ann:\n{}\nRecords (at most 12):",
+            w.messages[1].render_line(8000),
+            w.messages[2].render_line(8000)
+        )
+    );
+    // The first message of a window has no earlier messages.
+    let first = prompts.render_teach(&fixture_windows()[0], &[1], 3, &options).unwrap();
+    assert!(first.user.starts_with("The message, from "), "{}", first.user);
 }
 
 #[test]
@@ -232,7 +238,7 @@ fn example_replies_are_exactly_the_output_types() {
     assert_eq!(update.decision, UpdateAction::Supersede);
     let _: JudgeVerdict = assert_example_is_exact(&p.render_judge("q", "g", "a").unwrap());
     // Every example reply of the teacher's prompt, the empty one too.
-    let teach = p.render_teach(&ws[0], &[1], &ExtractOptions::default()).unwrap();
+    let teach = p.render_teach(&ws[0], &[1], 3, &ExtractOptions::default()).unwrap();
     let examples: Vec<&str> = teach.system.lines().filter(|l| l.starts_with('{')).collect();
     assert_eq!(examples.len(), 2, "{}", teach.system);
     for line in examples {

@@ -127,8 +127,9 @@ pub struct ExtractedDimension {
 pub struct ExtractedMemory {
     /// 1-based message number inside the window.
     pub source_id: u32,
-    /// Speaker of the source message.
-    #[serde(default)]
+    /// Speaker of the source message (the decomposed teacher does not write it: it follows from
+    /// `source_id`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source_speaker: String,
     /// One self-contained sentence.
     pub content: String,

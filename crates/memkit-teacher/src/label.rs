@@ -4,11 +4,11 @@
 //! - [`Mode::Window`]: one request, the extraction prompt the student learns (`extract.j2`) and
 //!   the extractor schema. For strong endpoint teachers.
 //! - [`Mode::Decomposed`]: the window's new messages, minus those the [`prefilter`] skips, in
-//!   groups of 1–3; one request per group with the teacher prompt (`teach.j2`: the whole window as
-//!   the conversation, records asked for the group only), a schema that allows only the group's
-//!   message numbers as `source_id` and their speakers, and the speaker set from the message by
-//!   construction. The requests of a window share everything up to the group, which a local
-//!   teacher evaluates once. The group replies are [`assemble`]d into one extraction of the
+//!   groups of 1–3 (default 1); one request per group with the teacher prompt (`teach.j2`: the
+//!   group's messages and the few messages before them as context), a schema that allows only
+//!   the group's message numbers as `source_id` and no speaker (it is set from the source message
+//!   by construction). The requests share the system turn, which a local teacher keeps cached,
+//!   and are decoded in batches. The group replies are [`assemble`]d into one extraction of the
 //!   window, in message order: the per-window target the student learns.
 //!
 //! Either way a reply whose records speak in the first person gets one [`repair_request`] that
@@ -62,9 +62,8 @@ pub fn plan(
 ) -> Result<Plan> {
     let config = generation.extract_config();
     let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
-        let key = cache_key(model_id, &messages, generation, labelling.avoid_repeats);
         let request = ChatRequest { messages, max_tokens: config.max_tokens, schema: Some(schema), avoid_repeats: labelling.avoid_repeats };
-        Ask { targets, request, key }
+        Ask { targets, key: cache_key(model_id, &request, generation), request }
     };
     match mode {
         Mode::Window => {
@@ -82,7 +81,9 @@ pub fn plan(
             let mut asks = Vec::new();
             for group in kept.chunks(labelling.group.max(1)) {
                 let targets: Vec<u32> = group.iter().map(|m| m.number).collect();
-                let messages = prompts.render_teach(window, &targets, &config.prompt_options())?.to_messages();
+                let mut options = config.prompt_options();
+                options.max_memories = options.max_memories.min(MAX_RECORDS_PER_MESSAGE * group.len());
+                let messages = prompts.render_teach(window, &targets, labelling.context, &options)?.to_messages();
                 asks.push(ask(targets, messages, group_schema(&config, group)));
             }
             Ok(Plan { mode, skipped: skipped.iter().map(|m| m.number).collect(), asks })
@@ -90,15 +91,31 @@ pub fn plan(
     }
 }
 
-/// The extractor schema narrowed to one group: `source_id` one of the group's numbers,
-/// `source_speaker` one of their speakers.
+/// Records per message a decomposed request may return. The gold set has 1–3 records for 91% of
+/// the messages that have any; with a higher cap the 1.5B teacher fills it with restatements.
+pub const MAX_RECORDS_PER_MESSAGE: usize = 3;
+
+/// Characters of a decomposed request's record content: one short sentence, never the message
+/// copied whole.
+pub const MAX_TEACHER_CONTENT_CHARS: usize = 200;
+
+/// The extractor schema narrowed to one group: `source_id` one of the group's numbers and no
+/// `source_speaker` (it follows from the source), at most [`MAX_RECORDS_PER_MESSAGE`] records per
+/// message, contents of at most [`MAX_TEACHER_CONTENT_CHARS`].
 fn group_schema(config: &ExtractConfig, group: &[&WindowMessage]) -> serde_json::Value {
     let mut schema = config.json_schema();
-    let item = &mut schema["properties"]["memories"]["items"]["properties"];
-    item["source_id"] = serde_json::json!({ "enum": group.iter().map(|m| m.number).collect::<Vec<_>>() });
-    let mut speakers: Vec<&str> = group.iter().map(|m| m.speaker.as_str()).collect();
-    speakers.dedup();
-    item["source_speaker"] = serde_json::json!({ "enum": speakers });
+    let memories = &mut schema["properties"]["memories"];
+    let cap = config.schema.max_memories.min(MAX_RECORDS_PER_MESSAGE * group.len());
+    memories["maxItems"] = cap.into();
+    let item = &mut memories["items"];
+    item["properties"]["source_id"] = serde_json::json!({ "enum": group.iter().map(|m| m.number).collect::<Vec<_>>() });
+    item["properties"]["content"]["maxLength"] = config.schema.max_content_chars.min(MAX_TEACHER_CONTENT_CHARS).into();
+    if let Some(properties) = item["properties"].as_object_mut() {
+        properties.shift_remove("source_speaker");
+    }
+    if let Some(required) = item["required"].as_array_mut() {
+        required.retain(|k| k != "source_speaker");
+    }
     schema
 }
 
@@ -329,7 +346,7 @@ mod tests {
 
     #[test]
     fn decomposed_requests_fix_the_source_by_schema() {
-        let spec = LabellingSpec { mode: Some(Mode::Decomposed), ..LabellingSpec::default() };
+        let spec = LabellingSpec { mode: Some(Mode::Decomposed), group: 2, ..LabellingSpec::default() };
         let p = plan(&window(), Mode::Decomposed, &spec, &GenerationSpec::default(), &Prompts::embedded().unwrap(), "m").unwrap();
         // Suffix 2..=5; 4 and 5 skipped; groups of two: [2, 3].
         assert_eq!(p.skipped, [4, 5]);
@@ -337,8 +354,12 @@ mod tests {
         let schema = p.asks[0].request.schema.as_ref().unwrap();
         let item = &schema["properties"]["memories"]["items"]["properties"];
         assert_eq!(item["source_id"], serde_json::json!({"enum": [2, 3]}));
-        assert_eq!(item["source_speaker"], serde_json::json!({"enum": ["Jon", "Gina"]}));
-        assert!(p.asks[0].request.messages[1].content.contains("Records for messages 2 (Jon) and 3 (Gina)."));
+        assert!(item.get("source_speaker").is_none(), "the speaker follows from the source");
+        assert_eq!(schema["properties"]["memories"]["maxItems"], 6);
+        assert_eq!(item["content"]["maxLength"], MAX_TEACHER_CONTENT_CHARS);
+        let user = &p.asks[0].request.messages[1].content;
+        assert!(user.starts_with("Earlier messages:\n[") && user.contains("1.Gina: Hey Jon!"), "{user}");
+        assert!(user.contains("The messages:\n") && user.contains("2.Jon: Hey Gina!") && user.contains("3.Gina: Sorry"), "{user}");
     }
 
     #[test]

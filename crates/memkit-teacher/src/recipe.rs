@@ -170,8 +170,12 @@ pub enum Mode {
 pub struct LabellingSpec {
     /// `window` or `decomposed`; default: decomposed for a local teacher, window for a server.
     pub mode: Option<Mode>,
-    /// New messages per request in decomposed mode (1 to 3).
+    /// New messages per request in decomposed mode (1 to 3; default 1: with two speakers in one
+    /// request the 1.5B teacher wrote one speaker's facts about the other).
     pub group: usize,
+    /// Decomposed mode: messages before a request's first message shown as its context (the
+    /// rest of the window is not shown: a 1.5B teacher shown 25 messages wrote about all of them).
+    pub context: usize,
     /// Decomposed mode: skip messages with nothing to remember (greetings, thanks, reactions,
     /// a photo without words) without asking the teacher.
     pub prefilter: bool,
@@ -183,7 +187,7 @@ pub struct LabellingSpec {
 
 impl Default for LabellingSpec {
     fn default() -> Self {
-        Self { mode: None, group: 2, prefilter: true, repair: true, avoid_repeats: true }
+        Self { mode: None, group: 1, context: 2, prefilter: true, repair: true, avoid_repeats: true }
     }
 }
 

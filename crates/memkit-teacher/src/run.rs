@@ -82,9 +82,8 @@ pub fn failures_path(out_dir: &Path) -> PathBuf {
 struct Params<'a> {
     generation: &'a GenerationSpec,
     temperature: f32,
-    // Absent when off, so keys written before repetition control existed stay valid.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     avoid_repeats: bool,
+    schema: Option<&'a serde_json::Value>,
 }
 
 /// The extraction messages of a window as the student sees them: system and user of
@@ -93,9 +92,13 @@ pub fn messages(prompts: &Prompts, window: &Window, generation: &GenerationSpec)
     Ok(prompts.render_extract(window, &generation.extract_config().prompt_options())?.to_messages())
 }
 
-/// The cache key of a request.
-pub fn cache_key(model: &str, messages: &[ChatMessage], generation: &GenerationSpec, avoid_repeats: bool) -> String {
-    cache::key(model, messages, &Params { generation, temperature: 0.0, avoid_repeats })
+/// The cache key of a request: the model, the messages, the caps, the schema and the decoding.
+pub fn cache_key(model: &str, request: &ChatRequest, generation: &GenerationSpec) -> String {
+    cache::key(
+        model,
+        &request.messages,
+        &Params { generation, temperature: 0.0, avoid_repeats: request.avoid_repeats, schema: request.schema.as_ref() },
+    )
 }
 
 /// A reply with its usage, and whether it came from the cache.
@@ -190,7 +193,7 @@ pub fn label_windows(
                 let problems = label::problems(&l.window.window, &l.replies[k].0);
                 if !problems.is_empty() {
                     let request = label::repair_request(ask, &l.replies[k].0, &problems, prompts)?;
-                    let key = cache_key(teacher.id(), &request.messages, generation, request.avoid_repeats);
+                    let key = cache_key(teacher.id(), &request, generation);
                     follow_ups.push((i, k, request, key, problems));
                 }
             }

@@ -87,7 +87,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_mode)]
     teach: Option<Mode>,
     /// New messages per request with --teach decomposed (1 to 3).
-    #[arg(long, default_value_t = 2, requires = "teach")]
+    #[arg(long, default_value_t = 1, requires = "teach")]
     group: usize,
     /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
     #[arg(long, requires = "teach")]

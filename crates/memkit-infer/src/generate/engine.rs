@@ -26,6 +26,10 @@ use super::request::{FinishReason, GenerateRequest, Generation, Prompt, Sampling
 use super::stop::StopStrings;
 use crate::Result;
 
+/// Where DRY's repeat matching restarts: llama.cpp's defaults (`\n`, `:`, `"`, `*`) and `-`, so
+/// that a JSON reply's keys and punctuation, and the dates its records share, repeat freely.
+const DRY_BREAKERS: [&str; 5] = ["\n", ":", "\"", "*", "-"];
+
 /// The sequence that holds the shared prefix; requests use sequences `1..n_seq_max`.
 const PREFIX_SEQ: i32 = 0;
 
@@ -503,8 +507,11 @@ impl LlamaEngine {
             chain.push(self.json_sampler(index, schema)?);
         }
         if let Some(dry) = request.dry.filter(|d| d.multiplier > 0.0) {
-            // penalty_last_n -1: the whole context, of which the sampler sees the reply only.
-            chain.push(LlamaSampler::dry(&self.model, dry.multiplier, dry.base, dry.allowed_length, -1, ["\n", ":", "\"", "*"]));
+            // The sampler sees the reply only (the tokens it accepts), so the whole reply is its
+            // window. (llama.cpp's `-1`, "the context", is clamped to 0 by this version, which
+            // turns the sampler off.)
+            let last_n = i32::try_from(request.max_tokens).unwrap_or(i32::MAX);
+            chain.push(LlamaSampler::dry(&self.model, dry.multiplier, dry.base, dry.allowed_length, last_n, DRY_BREAKERS));
         }
         match request.sampling {
             Sampling::Greedy => chain.push(LlamaSampler::greedy()),

@@ -57,9 +57,10 @@ pub enum Sampling {
 /// DRY ("don't repeat yourself") repetition control, as llama.cpp's `dry` sampler does it: a
 /// token that would extend a sequence already generated earlier in the reply, beyond
 /// `allowed_length` tokens, loses `multiplier · base^(length - allowed_length)` of its logit.
-/// Matching restarts at the breakers `\n`, `:`, `"` and `*` (llama.cpp's defaults), so a JSON
-/// reply's repeated keys and punctuation are free while a sentence copied from an earlier
-/// record is not. Only the reply counts, not the prompt: copying from the conversation is fine.
+/// Matching restarts at the breakers `\n`, `:`, `"`, `*` (llama.cpp's defaults) and `-`, so a
+/// JSON reply's repeated keys, punctuation and dates are free while a sentence copied from an
+/// earlier record is not. Only the reply counts, not the prompt: copying from the conversation
+/// is fine.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dry {
@@ -72,9 +73,11 @@ pub struct Dry {
 }
 
 impl Default for Dry {
-    /// llama.cpp's recommended settings: multiplier 0.8, base 1.75, allowed length 2.
+    /// llama.cpp's recommended multiplier (0.8) and base (1.75), and repeats of up to 3 tokens
+    /// free (llama.cpp: 2), so short values that records share (a place, a keyword) are not
+    /// pushed to a worse spelling.
     fn default() -> Self {
-        Self { multiplier: 0.8, base: 1.75, allowed_length: 2 }
+        Self { multiplier: 0.8, base: 1.75, allowed_length: 3 }
     }
 }
 
