@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(schema["properties"]["memories"]["maxItems"], 6);
         assert_eq!(item["content"]["maxLength"], MAX_TEACHER_CONTENT_CHARS);
         let user = &p.asks[0].request.messages[1].content;
-        assert!(user.starts_with("Earlier messages:\n[") && user.contains("1.Gina: Hey Jon!"), "{user}");
+        assert!(user.starts_with("Earlier messages:\n1.Gina: Hey Jon!"), "{user}");
         assert!(user.contains("The messages:\n") && user.contains("2.Jon: Hey Gina!") && user.contains("3.Gina: Sorry"), "{user}");
     }
 

@@ -200,9 +200,6 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
     if first_person(&record.content) {
         return Some(DropReason::FirstPerson);
     }
-    if !names_a_person(window, &record.content) {
-        return Some(DropReason::Impersonal);
-    }
     if !record.source_speaker.trim().eq_ignore_ascii_case(message.speaker.trim()) {
         return Some(DropReason::SpeakerMismatch);
     }
@@ -216,6 +213,9 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
         {
             return Some(DropReason::TimeAfterMessage);
         }
+    }
+    if !names_a_person(window, &record.content) {
+        return Some(DropReason::Impersonal);
     }
     None
 }
