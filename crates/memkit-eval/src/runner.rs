@@ -140,15 +140,21 @@ impl Prepared {
             Ranker::Engine { tri, adaptive } => {
                 let parsed = RuleQueryParser.parse(question, date)?;
                 let hits = tri.search(&parsed, tri.fusion().cap())?;
-                let stop = adaptive.then(|| adaptive_stop(&hits, classify_query(question), &StopConfig::default()).len());
-                Ranking { order: hits_to(&hits), stop }
+                if *adaptive {
+                    // The adaptive stop keeps the best-scored hits of the fused list, in score
+                    // order (the fused list itself is in concatenation order).
+                    let kept = adaptive_stop(&hits, classify_query(question), &StopConfig::default());
+                    Ranking { order: hits_to(&kept), stop: Some(kept.len()) }
+                } else {
+                    Ranking { order: hits_to(&hits), stop: None }
+                }
             }
             Ranker::Hinge { index, stop } => {
                 let parsed = RuleQueryParser.parse(question, date)?;
                 let query_type = classify_query(question);
                 let hits = index.search_typed(&parsed, query_type, self.units.len())?;
-                let cut = adaptive_stop(&hits, query_type, stop).len();
-                Ranking { order: hits_to(&hits), stop: Some(cut) }
+                let kept = adaptive_stop(&hits, query_type, stop);
+                Ranking { order: hits_to(&kept), stop: Some(kept.len()) }
             }
         })
     }
@@ -599,6 +605,7 @@ fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Resul
     let ledger = memkit_schema::window_ledger_path(path);
     let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
     let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
+    let mut grounding: BTreeMap<String, usize> = BTreeMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let entry: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
@@ -608,12 +615,19 @@ fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Resul
         millis += extraction["usage"]["millis"].as_u64().unwrap_or(0) / entry["batch"].as_u64().unwrap_or(1).max(1);
         completion += extraction["usage"]["completion_tokens"].as_u64().unwrap_or(0);
         empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
+        for decision in extraction["grounding"].as_array().into_iter().flatten() {
+            *grounding.entry(decision["decision"].as_str().unwrap_or("unknown").to_owned()).or_default() += 1;
+        }
     }
     if windows > 0 {
         metrics.extra.insert("extraction_windows".into(), json!(windows));
         metrics.extra.insert("extraction_s_per_window".into(), json!(millis as f64 / 1e3 / windows as f64));
         metrics.extra.insert("extraction_tokens_per_window".into(), json!(completion as f64 / windows as f64));
         metrics.extra.insert("windows_without_records".into(), json!(empty));
+        // What grounding did with the model's records (absent: written without grounding).
+        if !grounding.is_empty() {
+            metrics.extra.insert("grounding".into(), json!(grounding));
+        }
     }
     Ok(())
 }
@@ -628,6 +642,9 @@ struct LedgerLine {
 struct LedgerExtraction {
     window_id: String,
     records: Vec<memkit_schema::ExtractedMemory>,
+    #[serde(default)]
+    errors: Vec<memkit_schema::RecordError>,
+    #[serde(default)]
     raw: String,
 }
 
@@ -640,9 +657,11 @@ fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String,
         let entry: LedgerLine = serde_json::from_str(line)
             .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", path.display(), i + 1)))?;
         let e = entry.extraction;
-        // Unparsable = the reply itself yields no `memories` array (records dropped for pointing
-        // outside the window are not a parse failure).
-        let whole_failure = memkit_schema::parse_extractor_output(&e.raw).errors.iter().any(|err| err.index.is_none());
+        // Unparsable = the reply was not whole (not JSON, broken, cut off): an error of that kind
+        // in the ledger, or, for ledgers written before errors had kinds, in the raw reply.
+        // Records dropped for pointing outside the window are no parse failure.
+        let whole = |errors: &[memkit_schema::RecordError]| errors.iter().any(|err| err.kind.is_whole_reply());
+        let whole_failure = whole(&e.errors) || (!e.raw.is_empty() && whole(&memkit_schema::parse_extractor_output(&e.raw).errors));
         out.insert(e.window_id, (!whole_failure).then_some(e.records));
     }
     Ok(out)
@@ -763,6 +782,47 @@ mod tests {
         serde_json::json!({"extractor": "m", "batch": 2, "extraction": {"window_id": window, "records": kept, "errors": errors,
             "raw": raw, "usage": {"prompt_tokens": 10, "completion_tokens": 4, "millis": 3000}}})
         .to_string()
+    }
+
+    /// See: issue 18. The adaptive stop cuts the fused list by score; the units kept must be the
+    /// best-scored hits, best first, not the first hits of the concatenated route lists.
+    #[test]
+    fn the_adaptive_stop_keeps_the_best_scored_hits_in_score_order() {
+        use memkit_schema::{Role, Session, Turn};
+        let at = |d: u32| chrono::NaiveDate::from_ymd_opt(2023, 5, d).unwrap().and_hms_opt(10, 0, 0);
+        let texts = [
+            "I moved to Paris last week, the flat is tiny but I love it.",
+            "Paris is lovely in May, we walked along the river.",
+            "My sister visited me on Sunday and we cooked pasta.",
+            "I started a new job at a bakery in May.",
+            "The bakery opens at six so I get up at five.",
+            "We went to the Louvre and saw the Mona Lisa.",
+        ];
+        let turns = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Turn {
+                id: format!("D1:{}", i + 1),
+                speaker: "Ann".into(),
+                role: Role::User,
+                text: (*t).into(),
+                caption: None,
+                timestamp: at(10 + i as u32),
+                has_answer: false,
+            })
+            .collect();
+        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at(10), turns }] };
+        let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
+        let prepared = prepare(&system, &dialogue, None, None).unwrap();
+        let question = "When did Ann move to Paris and start at the bakery?";
+        let ranking = prepared.rank(question, at(20)).unwrap();
+        let Ranker::Engine { tri, .. } = &prepared.ranker else { panic!("an engine system") };
+        let mut hits = tri.search(&RuleQueryParser.parse(question, at(20)).unwrap(), tri.fusion().cap()).unwrap();
+        memkit_engine::stopping::sort_hits(&mut hits);
+        let stop = ranking.stop.unwrap();
+        assert!(stop >= 1 && stop <= hits.len());
+        let best: Vec<usize> = hits[..stop].iter().map(|h| h.doc).collect();
+        assert_eq!(ranking.order[..stop], best[..], "hits {hits:?}");
     }
 
     #[test]

@@ -20,6 +20,12 @@
 //! pointer is kept. Each decision is kept in [`Extraction::grounding`] with the model's own
 //! `source_id`.
 //!
+//! The same test applies to the free dimensions of a kept record: a `location`, `reason` or
+//! `purpose` less than half of whose terms occur in the record's source message (or the message
+//! before it) is cleared, and so is a keyword none of whose terms occurs there: the prompt asks for
+//! a few words from the message, and a small model fills these fields whether the message says
+//! anything or not ([`GroundingConfig::fields`]).
+//!
 //! The thresholds were chosen on the project's gold set (`data/gold/`), never on LoCoMo conv-26
 //! of the end-to-end report (see `data/gold/README.md`).
 
@@ -47,12 +53,15 @@ pub struct GroundingConfig {
     /// Weight of the embedding cosine in the support, when an embedder is loaded (the term
     /// coverage gets the rest).
     pub embed_weight: f64,
+    /// Clear free dimensions (location, reason, purpose, keywords) that the source message does
+    /// not support.
+    pub fields: bool,
 }
 
 impl Default for GroundingConfig {
     /// Chosen on the gold set (`data/gold/README.md`).
     fn default() -> Self {
-        Self { enabled: true, min_support: 0.3, margin: 0.15, embed_weight: 0.5 }
+        Self { enabled: true, min_support: 0.3, margin: 0.15, embed_weight: 0.5, fields: true }
     }
 }
 
@@ -259,6 +268,12 @@ impl Grounder {
                 )),
                 Decision::Kept | Decision::Repointed => None,
             };
+            if dropped.is_none() && self.config.fields {
+                let source = window.message(record.source_id);
+                let before = window.message(record.source_id.saturating_sub(1)).filter(|_| record.source_id > 1);
+                let said: HashSet<String> = source.into_iter().chain(before).flat_map(|m| terms(&message_text(m))).collect();
+                clear_unsaid_fields(&mut record.dimension, &said);
+            }
             match dropped {
                 Some((kind, reason)) => extraction.errors.push(memkit_schema::RecordError {
                     index: Some(k),
@@ -272,6 +287,21 @@ impl Grounder {
         }
         Ok(())
     }
+}
+
+/// Clears `location`, `reason` and `purpose` when less than half of their terms are in `said`, and
+/// drops keywords with no term in it.
+fn clear_unsaid_fields(dimension: &mut memkit_schema::ExtractedDimension, said: &HashSet<String>) {
+    let supported = |text: &str| {
+        let own: HashSet<String> = terms(text).into_iter().collect();
+        own.is_empty() || 2 * own.iter().filter(|t| said.contains(*t)).count() >= own.len()
+    };
+    for field in [&mut dimension.location, &mut dimension.reason, &mut dimension.purpose] {
+        if !supported(field) {
+            field.clear();
+        }
+    }
+    dimension.keywords.retain(|k| terms(k).iter().any(|t| said.contains(t)));
 }
 
 /// A message's text with its photo caption.
@@ -375,6 +405,19 @@ mod tests {
         Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() }).ground(&window(), &mut e).unwrap();
         assert!(e.grounding.is_empty());
         assert_eq!(e.records.len(), 1);
+    }
+
+    #[test]
+    fn dimensions_the_message_does_not_say_are_cleared() {
+        let raw = serde_json::json!({"memories": [{"source_id": 3, "source_speaker": "Jon", "content": "Jon plans to open a dance studio.",
+            "dimension": {"memory_type": "episodic", "time": "", "location": "Paris", "reason": "passion for dancing",
+                "purpose": "to earn money", "keywords": ["dance studio", "money", "passion"]}}]});
+        let mut e = Extraction::from_output(&window(), raw.to_string(), Usage::default());
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        let d = &e.records[0].dimension;
+        // Messages 3 and 2 say nothing of Paris or money; "passion" and "dancing" are in message 3.
+        assert_eq!((d.location.as_str(), d.reason.as_str(), d.purpose.as_str()), ("", "passion for dancing", ""));
+        assert_eq!(d.keywords, ["dance studio", "passion"]);
     }
 
     #[test]

@@ -65,6 +65,8 @@ enum Mode {
     Garbage,
     Hang,
     NotJsonContent,
+    /// A completion cut at `max_tokens`: one whole record, then a record cut off.
+    CutAtLimit,
 }
 
 /// A loopback HTTP server answering every request per `mode`; counts requests.
@@ -102,6 +104,17 @@ fn answer(mut stream: TcpStream, mode: Mode) {
         Mode::Hang => {
             std::thread::sleep(Duration::from_secs(5));
             return;
+        }
+        Mode::CutAtLimit => {
+            let record = r#"{"source_id":2,"source_speaker":"user","content":"The user likes tea.","dimension":{"memory_type":"profile","time":"","location":"","reason":"","purpose":"","keywords":[]}}"#;
+            let content = format!(r#"{{"memories":[{record},{{"source_id":3,"source_speaker":"user","content":"The user ha"#);
+            (
+                "200 OK",
+                serde_json::json!({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 160, "total_tokens": 170}})
+                .to_string(),
+            )
         }
         Mode::NotJsonContent => (
             "200 OK",
@@ -208,4 +221,25 @@ fn served_and_local_teachers_agree_and_reruns_cost_nothing() {
     let summary = distill(&local, &cache).unwrap();
     assert_eq!(summary.from_cache, 0, "the local teacher has its own cache keys");
     assert_eq!(records(&http), records(&local));
+}
+
+#[test]
+fn replies_cut_at_the_token_limit_are_typed_failures_and_no_training_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = bad_server(Mode::CutAtLimit);
+    let recipe = recipe(&dir.path().join("out"), 2, &openai(&url, 0));
+    let summary = distill(&recipe, &dir.path().join("cache")).unwrap();
+    assert_eq!((summary.unparsable, summary.labelled), (2, 0));
+    let entries: Vec<Entry> = ledger::read(&ledger_path(&recipe.out_dir())).unwrap();
+    assert!(
+        entries.iter().all(|e| e.status == Status::Unparsable && e.failure == Some(memkit_schema::ErrorKind::Truncated)),
+        "{entries:?}"
+    );
+    // The whole record before the cut is not kept either.
+    assert!(entries.iter().all(|e| e.records.is_empty()));
+    let failures: Vec<Failure> = ledger::read(&failures_path(&recipe.out_dir())).unwrap();
+    assert!(failures.iter().all(|f| f.kind == Some(memkit_schema::ErrorKind::Truncated) && f.raw.contains("The user ha")), "{failures:?}");
+    let corpus = memkit_teacher::corpus::select(&recipe.corpus, &memkit_data::shared_data_dir()).unwrap();
+    let data = memkit_teacher::dataset::build(&recipe, &corpus).unwrap();
+    assert!(data.train.is_empty() && data.valid.is_empty());
 }

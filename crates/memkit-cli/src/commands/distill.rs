@@ -211,11 +211,14 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
         "# {name}\n\n{description}\n\nTeacher-labelled SFT data for a memory extractor, written by memkit.\n\n\
          - Teacher: `{teacher}`\n- Made with: `{command}` (after `memkit models fetch` of the teacher); re-running it skips \
          finished windows and rewrites these files from `ledger.jsonl`.\n\
-         - Windows: {finished} labelled of {drawn} drawn ({train} train / {valid} valid examples, split by dialogue).\n\n\
-         Files: `ledger.jsonl` (every finished window: validated records, dropped records with the reason, tokens and time), \
-         `failures.jsonl` (unparsable replies and failed requests, with the reason), `train.jsonl` / `valid.jsonl` \
-         (`{{\"window_id\", \"source\", \"messages\": [system, user, assistant]}}`: the extractor prompt exactly as memkit renders \
-         it at inference, and the validated records as compact JSON), `train.parquet` / `valid.parquet` (the same rows, \
+         - Windows: {finished} labelled of {drawn} drawn ({train} train / {valid} valid examples, split by dialogue; \
+         {incomplete} left out because a record the teacher found was dropped).\n\n\
+         Files: `ledger.jsonl` (every finished window: how the teacher was asked, the validated and grounded records, \
+         dropped records with the typed reason, each record's grounding decision with the teacher's own `source_id`, \
+         re-asks, skipped messages, tokens and time), `failures.jsonl` (replies that were not whole, with the typed \
+         reason and the raw text, and failed requests), `train.jsonl` / `valid.jsonl` (complete windows only: \
+         `{{\"window_id\", \"source\", \"messages\": [system, user, assistant]}}`: the student's extraction prompt of the whole \
+         window exactly as memkit renders it at inference, and the records as compact JSON), `train.parquet` / `valid.parquet` (the same rows, \
          `messages` as `list<struct<role, content>>`: `datasets.load_dataset(\"parquet\", ...)` reads them), \
          `records.parquet` (one row per kept record: window, split, source, teacher, `source_id`, content, type and \
          dimensions), `stats.md` / `stats.json`.\n\n\
@@ -227,5 +230,6 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
         drawn = s.windows_drawn,
         train = s.train_examples,
         valid = s.valid_examples,
+        incomplete = s.windows_incomplete,
     )
 }

@@ -77,6 +77,9 @@ pub struct Args {
     /// Context messages shared with the previous window (default: 5, LongMemEval 3).
     #[arg(long)]
     overlap: Option<usize>,
+    /// Messages longer than this many characters are cut to head, middle and tail when rendered.
+    #[arg(long, default_value_t = WindowConfig::DEFAULT_MAX_MESSAGE_CHARS)]
+    max_message_chars: usize,
     /// Extract from at most this many windows (in dialogue order).
     #[arg(long)]
     limit: Option<usize>,
@@ -89,12 +92,22 @@ pub struct Args {
     /// New messages per request with --teach decomposed (1 to 3).
     #[arg(long, default_value_t = 1, requires = "teach")]
     group: usize,
+    /// Messages before a request's first one shown as context, with --teach decomposed.
+    #[arg(long, default_value_t = 2, requires = "teach")]
+    context: usize,
     /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
     #[arg(long, requires = "teach")]
     cache_dir: Option<PathBuf>,
     /// Keep the model's pointers as they are: no grounding.
     #[arg(long)]
     no_grounding: bool,
+    /// Grounding: least support of the best message, below which a record is dropped (default
+    /// chosen on the gold set, data/gold/README.md).
+    #[arg(long, conflicts_with = "no_grounding")]
+    min_support: Option<f64>,
+    /// Grounding: how much better another message must support a record to take its pointer.
+    #[arg(long, conflicts_with = "no_grounding")]
+    margin: Option<f64>,
     #[command(flatten)]
     generation: super::GenerationArgs,
     /// Discard the window ledger of --output and extract every window again.
@@ -139,6 +152,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 if args.dialogues.format == Format::Longmemeval { WindowConfig::longmemeval() } else { WindowConfig::locomo() };
             config.size = args.window.unwrap_or(config.size);
             config.overlap = args.overlap.unwrap_or(config.overlap);
+            config.max_message_chars = args.max_message_chars;
             config.validate()?;
             let mut all: Vec<Window> = dialogues.iter().flat_map(|d| windows(d, &config)).collect();
             all.truncate(args.limit.unwrap_or(usize::MAX));
@@ -179,7 +193,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 let grounder = if args.no_grounding {
                     Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() })
                 } else {
-                    Grounder::with_installed_embedder(GroundingConfig::default())?
+                    Grounder::with_installed_embedder(grounding(&args))?
                 };
                 let model = model_of(&args, extract)?;
                 let mut ledger = ledger_path.as_deref().map(memkit_teacher::ledger::Ledger::open).transpose()?;
@@ -269,18 +283,27 @@ fn extractor_key(args: &Args) -> anyhow::Result<String> {
         (None, None) => String::new(),
     };
     let mut key = format!("{model} max_memories={} max_tokens={}", args.generation.max_memories, args.generation.max_tokens);
+    if args.max_message_chars != WindowConfig::DEFAULT_MAX_MESSAGE_CHARS {
+        key.push_str(&format!(" max_message_chars={}", args.max_message_chars));
+    }
     match args.teach {
-        Some(Mode::Decomposed) => key.push_str(&format!(" teach=decomposed group={}", args.group)),
+        Some(Mode::Decomposed) => key.push_str(&format!(" teach=decomposed group={} context={}", args.group, args.context)),
         Some(Mode::Window) => key.push_str(" teach=window"),
         None => {}
     }
     if args.no_grounding {
         key.push_str(" no_grounding");
     } else {
-        let g = GroundingConfig::default();
-        key.push_str(&format!(" grounding={}/{}/{}", g.min_support, g.margin, g.embed_weight));
+        let g = grounding(args);
+        key.push_str(&format!(" grounding={}/{}/{}{}", g.min_support, g.margin, g.embed_weight, if g.fields { "/fields" } else { "" }));
     }
     Ok(key)
+}
+
+/// The grounding thresholds: the defaults, or the flags.
+fn grounding(args: &Args) -> GroundingConfig {
+    let d = GroundingConfig::default();
+    GroundingConfig { min_support: args.min_support.unwrap_or(d.min_support), margin: args.margin.unwrap_or(d.margin), ..d }
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -350,11 +373,14 @@ impl Model {
                 let mut out = Vec::with_capacity(windows.len());
                 for (id, result) in memkit_teacher::run::label_windows(chunk, labelling, generation, teacher, cache, &prompts, grounder)? {
                     let (entry, failure) = result.map_err(|reason| anyhow::anyhow!("window {id}: the teacher failed: {reason}"))?;
+                    // Dropped records keep their reason's name; a reply that was not whole keeps
+                    // its kind (the only errors without a place in the reply).
                     let mut errors: Vec<RecordError> = entry
                         .dropped
                         .iter()
-                        .map(|d| RecordError {
-                            index: None,
+                        .enumerate()
+                        .map(|(i, d)| RecordError {
+                            index: Some(i),
                             kind: memkit_schema::ErrorKind::Schema,
                             reason: d.reason.name().to_owned(),
                             raw: d.raw.clone(),
@@ -371,7 +397,9 @@ impl Model {
                         records: entry.records,
                         errors,
                         raw: failure.map(|f| f.raw).unwrap_or_default(),
-                        usage: entry.usage,
+                        // The window's wall time (its requests share batches, so their own
+                        // millis overlap).
+                        usage: memkit_infer::extract::Usage { millis: entry.wall_ms, ..entry.usage },
                         grounding: entry.grounding,
                     });
                 }
@@ -403,7 +431,7 @@ fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
         }
     };
     if let Some(chat) = chat {
-        let labelling = LabellingSpec { mode: args.teach, group: args.group, ..LabellingSpec::default() };
+        let labelling = LabellingSpec { mode: args.teach, group: args.group, context: args.context, ..LabellingSpec::default() };
         anyhow::ensure!((1..=3).contains(&args.group), "--group {} must be 1, 2 or 3", args.group);
         let generation = GenerationSpec {
             max_memories: args.generation.max_memories,
