@@ -45,6 +45,37 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
 distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
     {{memkit}} distill --recipe {{recipe}} {{args}}
 
+# Score extractors on the hand-labelled gold set (data/gold/): the rule extractor, LoCoMo's
+# observations and the local teacher (decomposed; `mode=window` for whole windows) extract the
+# gold dialogues into data/extracted/gold/, then `memkit compare` writes reports/gold/. The
+# teacher's replies are cached, so a re-run after a change of grounding or validation costs only
+# new requests. About 45 minutes of teacher time on 2 idle cores the first time.
+[doc('Score the rule extractor, observations and the teacher on the gold set -> reports/gold/')]
+gold mode="decomposed" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    out=data/extracted/gold
+    mkdir -p $out
+    locomo="--format locomo -i {{data}}/locomo/locomo10.json --dialogue conv-30 --sessions 3"
+    lme="--format longmemeval -i {{data}}/longmemeval/longmemeval_s_cleaned_subset200.json --window 5 --overlap 1 --max-message-chars 1000"
+    for s in $(cat data/gold/lme-s.sessions); do lme="$lme --haystack-session $s"; done
+    tokens=400; if [ {{mode}} = window ]; then tokens=1024; fi
+    teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}}"
+    {{memkit}} --quiet extract $locomo --extractor rule --restart -o $out/rule-conv30.jsonl
+    {{memkit}} --quiet extract $lme --extractor rule --restart -o $out/rule-lme.jsonl
+    {{memkit}} --quiet extract $locomo --extractor observations --restart -o $out/observations-conv30.jsonl
+    {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-{{mode}}-conv30.jsonl
+    {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-{{mode}}-lme.jsonl
+    cat $out/rule-conv30.jsonl $out/rule-lme.jsonl > $out/rule.jsonl
+    records="--records rule=$out/rule.jsonl --records observations=$out/observations-conv30.jsonl"
+    for m in window decomposed; do
+        if [ -f $out/teacher-$m-conv30.jsonl ] && [ -f $out/teacher-$m-lme.jsonl ]; then
+            cat $out/teacher-$m-conv30.jsonl $out/teacher-$m-lme.jsonl > $out/teacher-$m.jsonl
+            records="$records --records teacher-$m=$out/teacher-$m.jsonl"
+        fi
+    done
+    {{memkit}} compare --gold data/gold/locomo-conv-30.jsonl --gold data/gold/lme-s.jsonl $records --report reports/gold
+
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs
 # checkpoint every step: continue a stopped run with `just train <recipe> --resume`, or train in
 # slices with `--stop-after N`.

@@ -7,7 +7,7 @@
 //! ("Caroline said: …"), and its dimensions come from surface cues:
 //!
 //! - **time**: the first time expression resolved against the message date by
-//!   [`crate::query::resolve_time`] ("yesterday" → the day before), else the message date;
+//!   [`memkit_text::time::mentioned_time`] ("yesterday" → the day before), else the message date;
 //! - **type**: "I like / love / prefer / always / usually" → profile; past-tense and time cues
 //!   ("went", "did", "yesterday", "ago", "-ed") or plans → episodic; anything else → fact;
 //! - **location**: the first capitalised place after a locative preposition;
@@ -24,10 +24,10 @@
 use std::collections::HashMap;
 
 use chrono::NaiveDateTime;
-use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer, Role, Session, TimeConstraint, Turn};
+use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer, Role, Session, Turn};
+use memkit_text::time::mentioned_time;
 use serde::{Deserialize, Serialize};
 
-use crate::query::resolve_time;
 use crate::text::{CALENDAR_WORDS, content_tokens, location_mentions, named_phrases, tokens};
 
 /// How a record's content names the speaker.
@@ -381,9 +381,9 @@ impl RuleExtractor {
             ContentStyle::Colon => format!("{}: {body}", turn.speaker),
         };
         let date = turn_time(turn, session).map(|t| t.date());
-        let time = match resolve_time(text, date) {
-            Some(TimeConstraint::On(span) | TimeConstraint::Around(span)) => span.to_string(),
-            _ => date.map(|d| d.format("%Y-%m-%d").to_string()).unwrap_or_default(),
+        let time = match mentioned_time(text, date) {
+            Some(span) => span.to_string(),
+            None => date.map(|d| d.format("%Y-%m-%d").to_string()).unwrap_or_default(),
         };
         MemoryRecord {
             id,

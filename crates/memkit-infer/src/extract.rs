@@ -251,27 +251,6 @@ mod local {
     use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
     use crate::{Error, Result};
 
-    /// Where texts that all begin alike can be split into a shared prefix and their own rest:
-    /// the end of their longest common start, moved back to just after a line break that is
-    /// followed, in every text, by something other than whitespace (so the prefix ends on a
-    /// token boundary) and leaves every text a non-empty rest. 0 when there is no such place.
-    pub(crate) fn shared_prefix(texts: &[String]) -> usize {
-        let Some(first) = texts.first() else { return 0 };
-        let mut common = first.len();
-        for text in &texts[1..] {
-            common = common.min(first.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count());
-        }
-        let fits = |at: usize| texts.iter().all(|t| t.len() > at && t.is_char_boundary(at) && !t[at..].starts_with(char::is_whitespace));
-        first.as_bytes()[..common]
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|&(_, &b)| b == b'\n')
-            .map(|(i, _)| i + 1)
-            .find(|&at| fits(at))
-            .unwrap_or(0)
-    }
-
     impl ChatModel for LocalChat {
         fn id(&self) -> &str {
             &self.id
@@ -356,10 +335,8 @@ mod local {
 
     /// Chats with a GGUF model in-process: any chat rendered with the model's template, decoded
     /// in batches, greedily, after a shared prefix that the engine evaluates once and keeps
-    /// cached across calls. The prefix of one chat is its system turn; that of several is the
-    /// longest text they all start with, cut at a line break (the system turn and, for the
-    /// groups of one window, the window's conversation). Calls from several threads take turns
-    /// on the one engine.
+    /// cached across calls: the chats' system turn (chats with different system turns decode in
+    /// one batch per system turn). Calls from several threads take turns on the one engine.
     #[derive(Debug)]
     pub struct LocalChat {
         id: String,
@@ -399,31 +376,40 @@ mod local {
         /// Replies to `requests` (each chat ends with the user turn), greedily, in one batch
         /// after their shared prefix (see [`LocalChat`]).
         pub fn complete(&self, requests: &[ChatRequest]) -> Result<Vec<Generation>> {
-            let Some(first) = requests.first() else { return Ok(Vec::new()) };
-            let (prefix, suffixes) = if requests.len() == 1 {
-                let rendered = self.chat.render(&first.messages)?;
-                (rendered.prefix, vec![rendered.suffix])
-            } else {
-                let whole =
-                    requests.iter().map(|r| self.chat.render(&r.messages).map(|c| c.prefix + &c.suffix)).collect::<Result<Vec<_>>>()?;
-                let cut = shared_prefix(&whole);
-                (whole[0][..cut].to_owned(), whole.iter().map(|w| w[cut..].to_owned()).collect())
-            };
-            let generate: Vec<GenerateRequest> = requests
-                .iter()
-                .zip(suffixes)
-                .map(|(r, suffix)| {
-                    let mut request = GenerateRequest::new(suffix).with_max_tokens(r.max_tokens);
-                    if let Some(schema) = &r.schema {
-                        request = request.with_json_schema(schema.clone());
-                    }
-                    if r.avoid_repeats {
-                        request = request.with_dry(Dry::default());
-                    }
-                    request
-                })
-                .collect();
-            self.generate(&prefix, &generate)
+            if requests.is_empty() {
+                return Ok(Vec::new());
+            }
+            let rendered = requests.iter().map(|r| self.chat.render(&r.messages)).collect::<Result<Vec<_>>>()?;
+            // Chats with the same system turn decode together after it. Each chat is split at its
+            // own system turn whatever it is batched with, so that it gets the same tokens in any
+            // batch (text split elsewhere can tokenize differently at the cut).
+            let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+            for (i, chat) in rendered.iter().enumerate() {
+                match groups.iter_mut().find(|(prefix, _)| *prefix == chat.prefix) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((&chat.prefix, vec![i])),
+                }
+            }
+            let mut out: Vec<Option<Generation>> = vec![None; requests.len()];
+            for (prefix, members) in &groups {
+                let generate: Vec<GenerateRequest> = members
+                    .iter()
+                    .map(|&i| {
+                        let mut request = GenerateRequest::new(rendered[i].suffix.clone()).with_max_tokens(requests[i].max_tokens);
+                        if let Some(schema) = &requests[i].schema {
+                            request = request.with_json_schema(schema.clone());
+                        }
+                        if requests[i].avoid_repeats {
+                            request = request.with_dry(Dry::default());
+                        }
+                        request
+                    })
+                    .collect();
+                for (&i, generation) in members.iter().zip(self.generate(prefix, &generate)?) {
+                    out[i] = Some(generation);
+                }
+            }
+            Ok(out.into_iter().map(|g| g.expect("every chat is in one group")).collect())
         }
 
         fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {

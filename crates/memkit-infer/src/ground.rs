@@ -20,11 +20,14 @@
 //! pointer is kept. Each decision is kept in [`Extraction::grounding`] with the model's own
 //! `source_id`.
 //!
-//! The same test applies to the free dimensions of a kept record: a `location`, `reason` or
-//! `purpose` less than half of whose terms occur in the record's source message (or the message
-//! before it) is cleared, and so is a keyword none of whose terms occurs there: the prompt asks for
-//! a few words from the message, and a small model fills these fields whether the message says
-//! anything or not ([`GroundingConfig::fields`]).
+//! The free dimensions of a kept record are checked against its source message too
+//! ([`GroundingConfig::fields`]): a small model fills them whether the message says anything or
+//! not. A `location`, `reason` or `purpose` less than half of whose terms occur in the source
+//! message (or the message before it) is cleared, and so is a keyword none of whose terms occurs
+//! there; `reason` and `purpose` are cleared unless the source message has a causal or purpose
+//! cue ([`memkit_text::cues`]); `time` becomes the time the source message mentions, resolved
+//! against its date ([`memkit_text::time::mentioned_time`]), or "" when it mentions none. The
+//! ledger names the fields changed ([`Grounded::fields`]).
 //!
 //! The thresholds were chosen on the project's gold set (`data/gold/`), never on LoCoMo conv-26
 //! of the end-to-end report (see `data/gold/README.md`).
@@ -33,6 +36,8 @@ use std::collections::HashSet;
 
 use memkit_data::{Window, WindowMessage};
 use memkit_schema::{ErrorKind, Role};
+use memkit_text::cues::{states_purpose, states_reason};
+use memkit_text::time::mentioned_time;
 use memkit_text::words::terms;
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +99,10 @@ pub struct Grounded {
     pub best_support: f64,
     /// What happened.
     pub decision: Decision,
+    /// The dimensions grounding changed on a kept record (`time`, `location`, `reason`,
+    /// `purpose`, `keywords`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
 }
 
 /// Counts of grounding decisions.
@@ -108,6 +117,9 @@ pub struct GroundingTally {
     /// Records dropped as restating a context-only message.
     #[serde(default)]
     pub context: usize,
+    /// Kept records some of whose dimensions grounding changed.
+    #[serde(default)]
+    pub fields: usize,
 }
 
 impl GroundingTally {
@@ -116,6 +128,7 @@ impl GroundingTally {
         let mut tally = Self::default();
         for g in decisions {
             tally.add_one(g.decision);
+            tally.fields += usize::from(!g.fields.is_empty());
         }
         tally
     }
@@ -135,6 +148,7 @@ impl GroundingTally {
         self.repointed += other.repointed;
         self.unsupported += other.unsupported;
         self.context += other.context;
+        self.fields += other.fields;
     }
 
     /// Records grounded.
@@ -243,6 +257,7 @@ impl Grounder {
                 model_support,
                 best_support,
                 decision: Decision::Kept,
+                fields: Vec::new(),
             };
             match best {
                 _ if context_support >= self.config.min_support && context_support > best_support + self.config.margin => {
@@ -272,7 +287,12 @@ impl Grounder {
                 let source = window.message(record.source_id);
                 let before = window.message(record.source_id.saturating_sub(1)).filter(|_| record.source_id > 1);
                 let said: HashSet<String> = source.into_iter().chain(before).flat_map(|m| terms(&message_text(m))).collect();
+                let was = record.dimension.clone();
                 clear_unsaid_fields(&mut record.dimension, &said);
+                if let Some(source) = source {
+                    ground_cued_fields(&mut record.dimension, source);
+                }
+                grounded.fields = changed_fields(&was, &record.dimension);
             }
             match dropped {
                 Some((kind, reason)) => extraction.errors.push(memkit_schema::RecordError {
@@ -304,6 +324,36 @@ fn clear_unsaid_fields(dimension: &mut memkit_schema::ExtractedDimension, said: 
     dimension.keywords.retain(|k| terms(k).iter().any(|t| said.contains(t)));
 }
 
+/// `time` becomes the time the source message mentions, resolved against the message's date
+/// ("" when it mentions none: a small model copies the message date into nearly every record and
+/// resolves "yesterday" or "next Friday" badly); `reason` and `purpose` are cleared unless the
+/// message has a cue for them ([`memkit_text::cues`]).
+fn ground_cued_fields(dimension: &mut memkit_schema::ExtractedDimension, source: &WindowMessage) {
+    let text = message_text(source);
+    dimension.time = mentioned_time(&text, source.timestamp.map(|t| t.date())).map(|span| span.to_string()).unwrap_or_default();
+    if !states_reason(&text) {
+        dimension.reason.clear();
+    }
+    if !states_purpose(&text) {
+        dimension.purpose.clear();
+    }
+}
+
+/// The names of the dimensions that differ.
+fn changed_fields(was: &memkit_schema::ExtractedDimension, now: &memkit_schema::ExtractedDimension) -> Vec<String> {
+    [
+        ("time", was.time != now.time),
+        ("location", was.location != now.location),
+        ("reason", was.reason != now.reason),
+        ("purpose", was.purpose != now.purpose),
+        ("keywords", was.keywords != now.keywords),
+    ]
+    .into_iter()
+    .filter(|(_, changed)| *changed)
+    .map(|(name, _)| name.to_owned())
+    .collect()
+}
+
 /// A message's text with its photo caption.
 fn message_text(m: &WindowMessage) -> String {
     match &m.caption {
@@ -329,7 +379,8 @@ mod tests {
             role: Role::User,
             text: text.into(),
             caption: None,
-            timestamp: None,
+            // Friday 20 January 2023.
+            timestamp: chrono::NaiveDate::from_ymd_opt(2023, 1, 20).and_then(|d| d.and_hms_opt(10, u32::from(number), 0)),
             assistant_reply: None,
         };
         Window {
@@ -341,7 +392,7 @@ mod tests {
             messages: vec![
                 message(1, "Jon", "I lost my job as a banker yesterday."),
                 message(2, "Gina", "Sorry Jon! I also lost my job at Door Dash this month."),
-                message(3, "Jon", "I'm going to open a dance studio, dancing is my passion."),
+                message(3, "Jon", "I'm going to open a dance studio next month because dancing is my passion."),
                 message(4, "Gina", "That's awesome, good luck!"),
             ],
         }
@@ -390,7 +441,7 @@ mod tests {
         assert_eq!(decisions(&e), [(3, 3, Decision::Unsupported), (4, 4, Decision::Kept)]);
         assert_eq!(e.records.len(), 1);
         assert_eq!(e.errors.iter().filter(|x| x.kind == ErrorKind::Unsupported).count(), 1);
-        assert_eq!(GroundingTally::of(&e.grounding), GroundingTally { kept: 1, repointed: 0, unsupported: 1, context: 0 });
+        assert_eq!(GroundingTally::of(&e.grounding), GroundingTally { kept: 1, repointed: 0, unsupported: 1, context: 0, fields: 0 });
     }
 
     #[test]
@@ -418,6 +469,26 @@ mod tests {
         // Messages 3 and 2 say nothing of Paris or money; "passion" and "dancing" are in message 3.
         assert_eq!((d.location.as_str(), d.reason.as_str(), d.purpose.as_str()), ("", "passion for dancing", ""));
         assert_eq!(d.keywords, ["dance studio", "passion"]);
+    }
+
+    #[test]
+    fn time_is_what_the_message_mentions_and_reason_and_purpose_need_a_cue() {
+        let record = |source_id: u32, content: &str| {
+            serde_json::json!({"source_id": source_id, "source_speaker": if source_id == 3 { "Jon" } else { "Gina" }, "content": content, "dimension": {"memory_type": "episodic",
+                "time": "2023-01-20", "location": "", "reason": "dancing is a passion", "purpose": "open a dance studio", "keywords": []}})
+        };
+        let raw = serde_json::json!({"memories": [record(2, "Gina lost her job at Door Dash."), record(3, "Jon will open a dance studio."),
+            record(4, "Gina wished Jon good luck.")]});
+        let mut e = Extraction::from_output(&window(), raw.to_string(), Usage::default());
+        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        let dims: Vec<_> =
+            e.records.iter().map(|r| (r.dimension.time.as_str(), r.dimension.reason.as_str(), r.dimension.purpose.as_str())).collect();
+        // Message 2 says "this month" (January 2023) and has no cue; message 3 says "next month"
+        // (February) and "because"; message 4 mentions no time and no cue. None says a purpose.
+        assert_eq!(dims, [("2023-01", "", ""), ("2023-02", "dancing is a passion", ""), ("", "", "")]);
+        let fields: Vec<_> = e.grounding.iter().map(|g| g.fields.join(",")).collect();
+        assert_eq!(fields, ["time,reason,purpose", "time,purpose", "time,reason,purpose"]);
+        assert_eq!(GroundingTally::of(&e.grounding).fields, 3);
     }
 
     #[test]

@@ -233,16 +233,21 @@ pub struct Repair {
     pub fixed: bool,
 }
 
-/// The problems of a reply that a re-ask can fix: records in the first person.
+/// The problems of a reply that a re-ask can fix: records in the first person, and records
+/// about another speaker than the message's ([`crate::validate::other_person`]).
 pub fn problems(window: &Window, reply: &str) -> Vec<String> {
     let parsed = Extraction::from_output(window, reply.to_owned(), Usage::default());
     parsed
         .records
         .iter()
-        .filter(|r| first_person(&r.content))
-        .map(|r| {
+        .filter_map(|r| {
             let name = window.message(r.source_id).map_or(r.source_speaker.as_str(), |m| m.speaker.as_str());
-            format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content)
+            if first_person(&r.content) {
+                Some(format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content))
+            } else {
+                crate::validate::other_person(window, r)
+                    .map(|other| format!("\"{}\" is about {other}, but the message is {name}'s and does not mention {other}: write what it tells about {name}.", r.content))
+            }
         })
         .collect()
 }

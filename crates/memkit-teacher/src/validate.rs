@@ -52,6 +52,10 @@ pub enum DropReason {
     Impersonal,
     /// A record cut off mid-way (the reply is incomplete).
     Truncated,
+    /// The content is about another speaker of the window, whom its source message neither is
+    /// nor names: a small model swaps the speakers ("Gina lost her job" from Jon's "Lost my
+    /// job").
+    OtherPerson,
 }
 
 /// Content token F1 (LoCoMo's, [`memkit_text::f1::f1_score`]) at which two records of a window
@@ -75,6 +79,7 @@ impl DropReason {
             Self::Unsupported => "unsupported",
             Self::Impersonal => "impersonal",
             Self::Truncated => "truncated",
+            Self::OtherPerson => "other_person",
         }
     }
 
@@ -141,11 +146,30 @@ pub fn whole_failure(extraction: &Extraction) -> Option<(ErrorKind, String)> {
     extraction.errors.iter().find(|e| e.kind.is_whole_reply()).map(|e| (e.kind, e.reason.clone()))
 }
 
-/// Whether `content` names someone of the conversation: a speaker of the window (first names
-/// count, possessives too) or, where a speaker is the user, "user".
-fn names_a_person(window: &Window, content: &str) -> bool {
-    let words = tokens(&content.replace(['\'', '\u{2019}'], " "));
-    window.messages.iter().flat_map(|m| tokens(&m.speaker)).any(|name| words.contains(&name))
+/// The speakers of the window that `text` names (first names count, possessives too; "user"
+/// where a speaker is the user), in window order.
+fn named_speakers<'w>(window: &'w Window, text: &str) -> Vec<&'w str> {
+    let words = tokens(&text.replace(['\'', '\u{2019}'], " "));
+    let mut named: Vec<&str> = Vec::new();
+    for m in &window.messages {
+        if !named.contains(&m.speaker.as_str()) && tokens(&m.speaker).iter().any(|name| words.contains(name)) {
+            named.push(&m.speaker);
+        }
+    }
+    named
+}
+
+/// The speaker a record is about when that is another than its source message's speaker and
+/// the message does not name them: the record names only other speakers of the window, none of
+/// whom the source message mentions.
+pub fn other_person<'w>(window: &'w Window, record: &ExtractedMemory) -> Option<&'w str> {
+    let message = window.message(record.source_id)?;
+    let named = named_speakers(window, &record.content);
+    let said = named_speakers(window, &format!("{} {}", message.text, message.caption.as_deref().unwrap_or_default()));
+    if named.is_empty() || named.contains(&message.speaker.as_str()) || named.iter().any(|n| said.contains(n)) {
+        return None;
+    }
+    named.first().copied()
 }
 
 /// Checks each record of `extraction` against `window`.
@@ -214,8 +238,11 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
             return Some(DropReason::TimeAfterMessage);
         }
     }
-    if !names_a_person(window, &record.content) {
+    if named_speakers(window, &record.content).is_empty() {
         return Some(DropReason::Impersonal);
+    }
+    if other_person(window, record).is_some() {
+        return Some(DropReason::OtherPerson);
     }
     None
 }
@@ -330,5 +357,45 @@ mod tests {
         let at_limit = Usage { hit_max_tokens: true, ..Usage::default() };
         let extraction = Extraction::from_output(&window(), r#"{"memories": []}"#.into(), at_limit);
         assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::Truncated));
+    }
+
+    #[test]
+    fn a_record_about_the_other_speaker_is_dropped_and_listed_for_repair() {
+        let message = |number: u32, speaker: &str, text: &str| WindowMessage {
+            number,
+            turn_id: format!("D1:{number}"),
+            speaker: speaker.into(),
+            role: Role::User,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            assistant_reply: None,
+        };
+        let w = Window {
+            id: "conv/w0".into(),
+            dialogue_id: "conv".into(),
+            index: 0,
+            context: 0,
+            max_message_chars: 8000,
+            messages: vec![
+                message(1, "Jon", "Lost my job as a banker yesterday."),
+                message(2, "Gina", "Sorry about your job Jon! I lost mine at Door Dash too."),
+            ],
+        };
+        let raw = serde_json::json!({"memories": [
+            // Jon's message, Gina's name: swapped.
+            memory(1, "Jon", "Gina lost her job as a banker.", ""),
+            // Gina's message names Jon: a record about him is hers to give.
+            memory(2, "Gina", "Jon lost his job.", ""),
+            memory(2, "Gina", "Gina lost her job at Door Dash.", ""),
+            memory(1, "Jon", "Jon's job loss worried Gina.", ""),
+        ]});
+        let v = validate(&w, &Extraction::from_output(&w, raw.to_string(), Usage::default()));
+        assert_eq!(v.drop_counts(), [(DropReason::OtherPerson, 1)].into_iter().collect());
+        assert_eq!(v.records.len(), 3);
+        assert!(!v.complete(), "the swapped record was a finding");
+        let problems = crate::label::problems(&w, &raw.to_string());
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("is about Gina, but the message is Jon's"), "{problems:?}");
     }
 }

@@ -8,15 +8,19 @@
 //! - [`f1`]: LoCoMo's token F1 over normalised, Porter-stemmed tokens: the QA score, record
 //!   matching in extraction agreement, near-duplicate records.
 //! - [`person`]: first-person detection (records must name their subject).
+//! - [`cues`]: whether a message states a reason or a purpose.
+//! - [`time`]: time expressions resolved against a reference date (questions, messages).
 //!
 //! ```
 //! use memkit_text::{f1::f1_score, person::first_person, words::terms};
-//! assert_eq!(terms("Caroline went hiking"), ["carolin", "went", "hike"]);
+//! assert_eq!(terms("Caroline went hiking"), ["caroline", "went", "hike"]);
 //! assert_eq!(f1_score("running dogs", "run dog"), 1.0);
 //! assert!(first_person("I moved to Lisbon"));
 //! ```
 
+pub mod cues;
 pub mod f1;
 pub mod person;
 pub mod porter;
+pub mod time;
 pub mod words;
