@@ -66,7 +66,7 @@ pub struct GroundingConfig {
 impl Default for GroundingConfig {
     /// Chosen on the gold set (`data/gold/README.md`).
     fn default() -> Self {
-        Self { enabled: true, min_support: 0.3, margin: 0.15, embed_weight: 0.5, fields: true }
+        Self { enabled: true, min_support: 0.5, margin: 0.05, embed_weight: 0.5, fields: true }
     }
 }
 
@@ -437,7 +437,7 @@ mod tests {
         // "Lisbon" and "design" appear nowhere in the window (a leaked prompt example).
         let mut e = extraction(&[(3, "Jon", "Jon moved to Lisbon for a design job."), (4, "Gina", "Gina wished Jon good luck.")]);
         Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
-        // Record 1: terms {move, lisbon, design, job}; best is message 2 with {job}: 1/4 < 0.3.
+        // Record 1: terms {move, lisbon, design, job}; best is message 2 with {job}: 1/4 < 0.5.
         assert_eq!(decisions(&e), [(3, 3, Decision::Unsupported), (4, 4, Decision::Kept)]);
         assert_eq!(e.records.len(), 1);
         assert_eq!(e.errors.iter().filter(|x| x.kind == ErrorKind::Unsupported).count(), 1);
