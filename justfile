@@ -26,12 +26,12 @@ build:
 venv:
     {{python}} -c 'import torch, transformers' 2>/dev/null || (python3 -m venv {{venv}} && {{python}} -m pip install -q --disable-pip-version-check -r benches/requirements.txt)
 
-# The whole pipeline on the embedded default, in minutes: models → distill (SmolLM2 teacher, 6
-# windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
+# The whole pipeline on the embedded default, in minutes: models → distill (Qwen2.5-Coder-0.5B
+# teacher, 6 windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
 # student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
 [doc('The whole pipeline on the embedded default in minutes (outputs in runs/demo/, report in reports/demo/)')]
 demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
-    {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m
+    {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m qwen2.5-coder-0.5b-instruct
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
     rm -rf runs/demo/student  # a fresh 3-step run each time (the distilled windows above are kept)
     {{memkit}} train --recipe recipes/train/demo.toml

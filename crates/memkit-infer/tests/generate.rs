@@ -153,7 +153,7 @@ fn batched_outputs_equal_sequential_outputs() {
 }
 
 #[test]
-fn a_cached_prefix_serves_only_the_tokens_a_call_shares_with_it() {
+fn a_cached_prefix_serves_only_a_call_with_the_same_prefix() {
     let Some(path) = smollm2() else { return };
     let request = &requests()[1..2];
     let other = "<|im_start|>system\nYou are a terse assistant. Reply in at most ten words.<|im_end|>\n";
@@ -165,14 +165,11 @@ fn a_cached_prefix_serves_only_the_tokens_a_call_shares_with_it() {
     assert_eq!((first.cached_tokens, again.cached_tokens), (0, prefix_len));
     assert_eq!(outcome(&first), outcome(&again));
 
-    // Another prefix reuses only the tokens it shares with the cached one (here the system
-    // turn's opening), evaluates the rest and gives the outputs of a fresh engine; no prefix
-    // clears the cache.
-    let shared = engine.tokenize(SYSTEM, true).iter().zip(&engine.tokenize(other, true)).take_while(|(a, b)| a == b).count();
-    assert!(shared > 0 && shared < prefix_len, "the two system turns share their opening: {shared}");
+    // Another prefix, then no prefix: each clears the cache and is evaluated in full, with
+    // the outputs of a fresh engine.
     let switched = engine.generate_batch(other, request).unwrap().remove(0);
     let mut fresh = LlamaEngine::load(&path, options()).unwrap();
-    assert_eq!(switched.cached_tokens, shared);
+    assert_eq!(switched.cached_tokens, 0);
     assert_eq!(outcome(&switched), outcome(&fresh.generate_batch(other, request).unwrap()[0]));
     let whole = GenerateRequest::new(format!("{SYSTEM}{}", user_turn(QUESTIONS[1]))).with_max_tokens(40);
     assert_eq!(engine.generate(&whole).unwrap().cached_tokens, 0);

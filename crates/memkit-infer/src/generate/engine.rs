@@ -312,14 +312,12 @@ impl LlamaEngine {
     /// as fit the context, decode together, one token per sequence per `llama_decode` call;
     /// each has its own sampler and stops on its own. Results are in the order of `requests`.
     ///
-    /// The prefix's cells stay in the cache after the call: the next call evaluates only the
-    /// part of its prefix past the tokens it shares with the cached one
-    /// ([`Generation::cached_tokens`] says how many were reused). A call with the same prefix
-    /// tokens gets the same cells and so the same outputs; one that extends or shares the start
-    /// of the cached prefix (the same system turn, a longer conversation) evaluates the rest
-    /// after it, which can change the last bits of the logits against one whole evaluation (see
-    /// below). A call after one that failed midway starts from an empty cache, so nothing else
-    /// carries over between calls.
+    /// The prefix's cells stay in the cache after the call: the next call with the same
+    /// prefix tokens skips evaluating it ([`Generation::cached_tokens`] says so), which gives
+    /// the same cells and so the same outputs. Any other call clears the cache first, as does
+    /// a call after one that failed midway, so nothing else carries over between calls. (Reusing
+    /// only a shared start would evaluate the rest in a call of its own, which can change the
+    /// last bits of the logits, and so make a reply depend on the call before it.)
     ///
     /// Each prompt is evaluated in calls of its own, so that a request's output does not
     /// depend on the requests batched with it (llama.cpp's kernels are not bit-identical
@@ -373,16 +371,13 @@ impl LlamaEngine {
         let mut batch = LlamaBatch::new(n_batch, 1);
         // Trusted again only once this call has finished: a failure midway may leave
         // request sequences in the cache.
-        let cached = std::mem::take(&mut self.cached_prefix);
-        let reused = cached.iter().zip(&prefix_tokens).take_while(|(a, b)| a == b).count();
+        let reuse = !prefix_tokens.is_empty() && std::mem::take(&mut self.cached_prefix) == prefix_tokens;
+        let reused = if reuse { prefix_tokens.len() } else { 0 };
         let started = Instant::now();
-        if reused == 0 {
+        if !reuse {
             self.context.clear_kv_cache();
-        } else if reused < cached.len() {
-            // Positions from `reused` on belong to the old prefix only.
-            self.context.kv_cache_seq_rm(PREFIX_SEQ, Some(reused as u32), None).map_err(GenerateError::from)?;
+            self.prefill_prefix(&prefix_tokens, &mut batch)?;
         }
-        self.prefill_prefix(&prefix_tokens, reused, &mut batch)?;
         let prefix_ms = ms_since(started);
 
         // Chunks of at most n_seq_max - 1 requests whose prompts and completions fit the
@@ -412,12 +407,11 @@ impl LlamaEngine {
         Ok(slots.into_iter().map(|slot| slot.into_generation(prefix_len, reused)).collect())
     }
 
-    /// Evaluates the shared prefix into [`PREFIX_SEQ`] from token `from` on (the cells before
-    /// it are cached), `n_batch` tokens per call; no logits.
-    fn prefill_prefix(&mut self, tokens: &[LlamaToken], from: usize, batch: &mut LlamaBatch) -> Result<(), GenerateError> {
-        for (piece_index, piece) in tokens[from..].chunks(self.options.n_batch as usize).enumerate() {
+    /// Evaluates the shared prefix into [`PREFIX_SEQ`], `n_batch` tokens per call; no logits.
+    fn prefill_prefix(&mut self, tokens: &[LlamaToken], batch: &mut LlamaBatch) -> Result<(), GenerateError> {
+        for (piece_index, piece) in tokens.chunks(self.options.n_batch as usize).enumerate() {
             batch.clear();
-            let first = from + piece_index * self.options.n_batch as usize;
+            let first = piece_index * self.options.n_batch as usize;
             for (offset, &token) in piece.iter().enumerate() {
                 batch.add(token, position(first + offset), &[PREFIX_SEQ], false)?;
             }
