@@ -153,8 +153,12 @@ impl Prepared {
                 let parsed = RuleQueryParser.parse(question, date)?;
                 let query_type = classify_query(question);
                 let hits = index.search_typed(&parsed, query_type, self.units.len())?;
-                let kept = adaptive_stop(&hits, query_type, stop);
-                Ranking { order: hits_to(&kept), stop: Some(kept.len()) }
+                // HingeMem's list keeps its own order (segments, then their elements) and is cut
+                // at the adaptive count. Taking its best-scored hits instead lowered recall at
+                // 4,000 tokens from 0.828 to 0.665 on LoCoMo: the order carries what the scores
+                // do not (issue 18 leaves this open).
+                let cut = adaptive_stop(&hits, query_type, stop).len();
+                Ranking { order: hits_to(&hits), stop: Some(cut) }
             }
         })
     }
