@@ -114,11 +114,13 @@ bench *args="":
 bench-latency *sizes="":
     cargo bench -q -p memkit-engine --features dense --bench latency -- {{sizes}}
 
-# SFT tokens/s of burn next to PyTorch + transformers in the same run (SmolLM2-135M shape,
-# batch 4 × 256), with the python of `just venv` (~7 GB the first time).
-[doc('SFT tokens/s: burn next to PyTorch + transformers in the same run')]
+# SFT tokens/s and peak RSS of burn next to PyTorch + transformers in the same run
+# (SmolLM2-135M shape, batch 4 × 256), with the python of `just venv` (~7 GB the first time);
+# every figure also lands in benches/results/sft.json. Other shapes and options:
+# `just bench-train --shapes 4x256,1x2048 --checkpointing --rounds 3` (see `--help`).
+[doc('SFT tokens/s and peak RSS: burn next to PyTorch + transformers in the same run')]
 bench-train *args="": build venv
-    target/debug/examples/sft_bench --python {{python}} {{args}}
+    target/debug/examples/sft_bench --python {{python}} --json benches/results/sft.json {{args}}
 
 # The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
 # `just venv` (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
@@ -126,7 +128,7 @@ bench-train *args="": build venv
 bench-train-tch *args="": venv
     PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
     LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
-    cargo run -q -p memkit-train --features tch --example sft_bench -- --python {{python}} {{args}}
+    cargo run -q -p memkit-train --features tch --example sft_bench -- --python {{python}} --json benches/results/sft.json {{args}}
 
 # llama.cpp generation through memkit-infer next to llama-cpp-python from PyPI, alternating in
 # the same run, on the teacher's real prompt (a LoCoMo extraction window) for every installed

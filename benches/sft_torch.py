@@ -3,13 +3,15 @@
 Run by `just bench-train` (crates/memkit-train/examples/sft_bench.rs), which writes the model
 config, runs burn's step, then this script with the same shape, and prints the ratio. One
 training step = forward, causal-LM cross-entropy over every position, backward, AdamW; random
-weights and random token ids (throughput does not depend on them). Prints one JSON line.
+weights and random token ids (throughput does not depend on them). Prints one JSON line, with
+the first step's loss and the process's peak RSS.
 
     python benches/sft_torch.py --config cfg.json --batch 4 --seq 256 --steps 3 --warmup 1
 """
 
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -27,6 +29,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (timed to torch.cuda.synchronize)")
+    p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (less memory, more time)")
     a = p.parse_args()
 
     if a.threads:
@@ -35,20 +38,31 @@ def main() -> None:
     config = AutoConfig.for_model(**json.load(open(a.config)))
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(a.device)
     model.train()
+    if a.checkpointing:
+        model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     ids = torch.randint(0, config.vocab_size, (a.batch, a.seq)).to(a.device)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
 
-    times = []
+    times, phases = [], [0.0, 0.0, 0.0]
     for step in range(a.warmup + a.steps):
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
+        if step == 0:
+            first_loss = loss.item()
+        sync()
+        forward = time.perf_counter()
         loss.backward()
+        sync()
+        backward = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
+        end = time.perf_counter()
         if step >= a.warmup:
-            times.append(time.perf_counter() - start)
+            times.append(end - start)
+            for i, (t0, t1) in enumerate([(start, forward), (forward, backward), (backward, end)]):
+                phases[i] += (t1 - t0) / a.steps
     tokens = a.batch * a.seq * len(times)
     print(
         json.dumps(
@@ -58,8 +72,10 @@ def main() -> None:
                 "threads": torch.get_num_threads(),
                 "device": a.device,
                 "tokens_per_s": tokens / sum(times),
-                "step_s": times,
-                "loss": float(loss),
+                "step_s": dict(zip(["forward", "backward", "optimizer"], phases)),
+                "loss": float(first_loss),
+                # Linux reports ru_maxrss in KiB.
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )
     )

@@ -1,26 +1,31 @@
-//! SFT throughput of memkit's burn trainer next to PyTorch + Hugging Face transformers, measured
-//! in the same run on the same model shape (`just bench-train`).
+//! SFT throughput and peak memory of memkit's burn trainer next to PyTorch + Hugging Face
+//! transformers, measured in the same run on the same model shape (`just bench-train`).
 //!
 //! One step = forward, causal-LM cross-entropy over every position, backward, AdamW, on a
 //! SmolLM2-135M-shaped Llama with random weights (throughput does not depend on them). Burn
 //! (flex; LibTorch's CPU and CUDA kernels when built with `--features tch`; CubeCL's CUDA with
-//! `--features cuda`) and PyTorch
-//! alternate for `--rounds` rounds so background load hits both alike; the table gives tokens/s
-//! per round, the medians and their ratio, and each engine's loss after the first step: every
-//! engine starts from the same random weights and ids, so the burn backends' losses agree.
+//! `--features cuda`) and PyTorch alternate for `--rounds` rounds, each round in a fresh process,
+//! so background load hits every engine alike and each one's peak RSS is its own. The table
+//! gives tokens/s per round, the medians, their ratio, peak RSS, and each engine's loss after the
+//! first step: every burn backend starts from the same random weights and ids, so their losses
+//! agree.
 //!
 //! ```text
-//! cargo run -p memkit-train --example sft_bench -- [--batch 4] [--seq 256] [--steps 3]
+//! cargo run -p memkit-train --example sft_bench -- [--shapes 4x256,1x2048] [--steps 3]
 //!     [--warmup 1] [--rounds 2] [--python PY] [--config config.json]
-//!     [--backends flex,cuda] [--torch-device cuda]
+//!     [--backends flex,cuda] [--torch-device cuda] [--checkpointing] [--json results.json]
 //! ```
 //!
-//! `--python` (or `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers
-//! (`just bench-train` passes the one `just venv` makes); without one only burn is measured. `--backends`
-//! picks among the burn backends of this build (default: the CPU ones; `libtorch-cuda` and
-//! `cuda` need an NVIDIA GPU); `--torch-device` is where PyTorch
-//! runs (default `cpu`). Steps are timed to the device's end of work (`Device::sync`,
-//! `torch.cuda.synchronize`).
+//! `--shapes` lists batch × sequence-length shapes (default `4x256`). `--python` (or
+//! `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers (`just bench-train`
+//! passes the one `just venv` makes); without one only burn is measured. `--backends` picks among
+//! the burn backends of this build (default: the CPU ones; `libtorch-cuda` and `cuda` need an
+//! NVIDIA GPU); `--torch-device` is where PyTorch runs (default `cpu`). `--checkpointing` turns
+//! on burn's balanced gradient checkpointing and PyTorch's (less memory, more time). Steps are
+//! timed to the device's end of work (`Device::sync`, `torch.cuda.synchronize`). Peak RSS is the
+//! process's high-water mark (`VmHWM` for burn, `ru_maxrss` for PyTorch), model and optimizer
+//! state included. `--json` also writes every figure to a file (`just bench-train` writes
+//! `benches/results/sft.json`).
 
 // A benchmark program: printing its table is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -34,6 +39,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use memkit_train::Backend;
 use memkit_train::model::{BuildOptions, Config, Model, random_weights};
+use serde_json::json;
 
 /// SmolLM2-135M-Instruct's `config.json` (the fields the model reads).
 const SMOLLM2_135M: &str = r#"{
@@ -44,8 +50,7 @@ const SMOLLM2_135M: &str = r#"{
 }"#;
 
 struct Args {
-    batch: usize,
-    seq: usize,
+    shapes: Vec<(usize, usize)>,
     steps: usize,
     warmup: usize,
     rounds: usize,
@@ -53,13 +58,26 @@ struct Args {
     config: Option<PathBuf>,
     backends: Vec<Backend>,
     torch_device: String,
+    checkpointing: bool,
+    json: Option<PathBuf>,
+    /// Internal: run one burn round of `shapes[0]` with this backend and seed, print its JSON line.
+    worker: Option<(Backend, u64)>,
+}
+
+fn parse_shape(text: &str) -> Result<(usize, usize), String> {
+    let (b, s) = text.split_once('x').ok_or_else(|| format!("shape {text:?} is not BATCHxSEQ (e.g. 4x256)"))?;
+    let b = b.parse::<usize>().map_err(|e| format!("shape {text:?}: batch: {e}"))?;
+    let s = s.parse::<usize>().map_err(|e| format!("shape {text:?}: sequence length: {e}"))?;
+    if b == 0 || s < 2 {
+        return Err(format!("shape {text:?}: batch must be positive and the sequence at least 2 tokens"));
+    }
+    Ok((b, s))
 }
 
 fn parse_args() -> Result<Args, String> {
     let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from);
     let mut args = Args {
-        batch: 4,
-        seq: 256,
+        shapes: vec![(4, 256)],
         steps: 3,
         warmup: 1,
         rounds: 2,
@@ -67,14 +85,17 @@ fn parse_args() -> Result<Args, String> {
         config: None,
         backends: Backend::all().into_iter().filter(|b| !b.needs_gpu()).collect(),
         torch_device: "cpu".into(),
+        checkpointing: false,
+        json: None,
+        worker: None,
     };
+    let (mut worker, mut seed) = (None, 0u64);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
-            "--batch" => args.batch = number(value()?)?,
-            "--seq" => args.seq = number(value()?)?,
+            "--shapes" => args.shapes = value()?.split(',').map(parse_shape).collect::<Result<_, _>>()?,
             "--steps" => args.steps = number(value()?)?,
             "--warmup" => args.warmup = number(value()?)?,
             "--rounds" => args.rounds = number(value()?)?,
@@ -82,6 +103,10 @@ fn parse_args() -> Result<Args, String> {
             "--config" => args.config = Some(PathBuf::from(value()?)),
             "--backends" => args.backends = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
             "--torch-device" => args.torch_device = value()?,
+            "--checkpointing" => args.checkpointing = true,
+            "--json" => args.json = Some(PathBuf::from(value()?)),
+            "--worker" => worker = Some(value()?.parse::<Backend>()?),
+            "--seed" => seed = number(value()?)? as u64,
             "-h" | "--help" => {
                 println!(
                     "{}",
@@ -97,78 +122,146 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
-    if args.batch == 0 || args.seq < 2 || args.steps == 0 || args.rounds == 0 {
-        return Err("--batch, --steps and --rounds must be positive and --seq at least 2".into());
+    args.worker = worker.map(|b| (b, seed));
+    if args.steps == 0 || args.rounds == 0 || args.shapes.is_empty() {
+        return Err("--steps and --rounds must be positive and --shapes non-empty".into());
     }
     Ok(args)
 }
 
-/// Tokens per second of burn (autodiff) over `steps` timed steps, and the loss of the first step.
-fn burn_round(backend: Backend, cfg: &Config, args: &Args, seed: u64) -> (f64, f32) {
+/// One engine's figures for one round.
+struct Round {
+    tokens_per_s: f64,
+    loss: f64,
+    peak_rss_mib: f64,
+    /// Mean seconds per timed step in forward, backward and the optimizer.
+    step_s: serde_json::Value,
+}
+
+impl Round {
+    fn from_json(line: &str, who: &str) -> Result<Self, String> {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{who}: not JSON ({e}): {line}"))?;
+        let field = |k: &str| v[k].as_f64().ok_or_else(|| format!("{who}: no {k} in {line}"));
+        let step_s = v["step_s"].clone();
+        Ok(Round { tokens_per_s: field("tokens_per_s")?, loss: field("loss")?, peak_rss_mib: field("peak_rss_mib")?, step_s })
+    }
+}
+
+/// This process's peak resident set (`VmHWM`), in MiB; 0 where /proc is missing.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// The worker: one burn round (autodiff) of `batch × seq` over `steps` timed steps; prints
+/// tokens/s, the first step's loss and the peak RSS as one JSON line.
+fn burn_worker(backend: Backend, cfg: &Config, args: &Args, seed: u64) {
+    let (batch, seq) = args.shapes[0];
     let device = backend.device().autodiff();
-    let model = Model::new(cfg, &random_weights(cfg, seed), Path::new("random"), BuildOptions { lora: None, seed }, &device)
+    let device = if args.checkpointing { device.gradient_checkpointing() } else { device };
+    let mut model = Model::new(cfg, &random_weights(cfg, seed), Path::new("random"), BuildOptions { lora: None, seed }, &device)
         .expect("random weights fit the config");
-    let mut model = model;
     let mut optimizer: ModuleOptimizer = AdamWConfig::new().with_weight_decay(0.01).init();
     // Random ids from a fixed linear congruential sequence: [batch, seq + 1], inputs and targets shifted by one.
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let ids: Vec<i64> = (0..args.batch * (args.seq + 1))
+    let ids: Vec<i64> = (0..batch * (seq + 1))
         .map(|_| {
             state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 33) % cfg.vocab_size as u64) as i64
         })
         .collect();
-    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [args.batch, args.seq + 1]), &device);
-    let inputs = ids.clone().slice([0..args.batch, 0..args.seq]);
-    let targets = ids.slice([0..args.batch, 1..args.seq + 1]);
-    let (mut seconds, mut first_loss) = (0.0, f32::NAN);
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq + 1]), &device);
+    let inputs = ids.clone().slice([0..batch, 0..seq]);
+    let targets = ids.slice([0..batch, 1..seq + 1]);
+    // Seconds of the timed steps in forward (to the loss), backward and the optimizer, each
+    // phase timed to the device's end of work.
+    let (mut phases, mut first_loss) = ([0.0f64; 3], f32::NAN);
     for step in 0..args.warmup + args.steps {
-        let started = Instant::now();
+        let mut mark = Instant::now();
+        let mut lap = |phase: usize, device: &burn::tensor::Device| {
+            device.sync().expect("the device finishes the phase");
+            if step >= args.warmup {
+                phases[phase] += mark.elapsed().as_secs_f64();
+            }
+            mark = Instant::now();
+        };
         let log_probs = log_softmax(model.forward(inputs.clone()), 2);
         let loss = log_probs.gather(2, targets.clone().unsqueeze_dim::<3>(2)).mean().neg();
         if step == 0 {
             first_loss = loss.clone().into_scalar::<f32>();
         }
+        lap(0, &device);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
+        lap(1, &device);
         model = optimizer.step(1e-4, model, grads);
-        device.sync().expect("the device finishes the step");
-        if step >= args.warmup {
-            seconds += started.elapsed().as_secs_f64();
-        }
+        lap(2, &device);
     }
-    ((args.batch * args.seq * args.steps) as f64 / seconds, first_loss)
+    let seconds: f64 = phases.iter().sum();
+    let tokens_per_s = (batch * seq * args.steps) as f64 / seconds;
+    let [forward, backward, optimizer] = phases.map(|p| p / args.steps as f64);
+    println!(
+        "{}",
+        json!({
+            "tokens_per_s": tokens_per_s, "loss": first_loss, "peak_rss_mib": peak_rss_mib(),
+            "step_s": { "forward": forward, "backward": backward, "optimizer": optimizer },
+        })
+    );
 }
 
-/// Tokens per second of PyTorch + transformers (benches/sft_torch.py) and its engine string.
-fn torch_round(python: &Path, config: &Path, args: &Args) -> Result<(f64, String), String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/sft_torch.py");
-    let out = Command::new(python)
-        .arg(&script)
-        .args(["--config", &config.to_string_lossy()])
-        .args(["--batch", &args.batch.to_string(), "--seq", &args.seq.to_string()])
-        .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()])
-        .args(["--device", &args.torch_device])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+/// Runs `command` and reads the last line of its stdout as a [`Round`], plus the rest of that JSON.
+fn run_round(mut command: Command, who: &str) -> Result<(Round, serde_json::Value), String> {
+    let out = command.output().map_err(|e| format!("cannot run {who}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{} {} failed:\n{}", python.display(), script.display(), String::from_utf8_lossy(&out.stderr)));
+        return Err(format!("{who} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{}: not JSON ({e}): {line}", script.display()))?;
-    let tps = v["tokens_per_s"].as_f64().ok_or_else(|| format!("no tokens_per_s in {line}"))?;
-    Ok((
-        tps,
-        format!(
-            "{} (attention {}, {})",
-            v["engine"].as_str().unwrap_or("?"),
-            v["attention"].as_str().unwrap_or("?"),
-            match v["device"].as_str() {
-                Some("cpu") | None => format!("{} threads", v["threads"]),
-                Some(device) => device.to_owned(),
-            }
-        ),
-    ))
+    let round = Round::from_json(line, who)?;
+    Ok((round, serde_json::from_str(line).unwrap_or_default()))
+}
+
+/// A burn round in a fresh process (this program with `--worker`).
+fn burn_round(backend: Backend, (batch, seq): (usize, usize), config: &Path, args: &Args, seed: u64) -> Result<Round, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut command = Command::new(exe);
+    command
+        .args(["--worker", backend.name(), "--seed", &seed.to_string(), "--shapes", &format!("{batch}x{seq}")])
+        .args(["--config", &config.to_string_lossy()])
+        .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
+    if args.checkpointing {
+        command.arg("--checkpointing");
+    }
+    run_round(command, &format!("burn {} worker", backend.name())).map(|(round, _)| round)
+}
+
+/// A PyTorch + transformers round (benches/sft_torch.py) and its engine string.
+fn torch_round(python: &Path, (batch, seq): (usize, usize), config: &Path, args: &Args) -> Result<(Round, String), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/sft_torch.py");
+    let mut command = Command::new(python);
+    command
+        .arg(&script)
+        .args(["--config", &config.to_string_lossy()])
+        .args(["--batch", &batch.to_string(), "--seq", &seq.to_string()])
+        .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()])
+        .args(["--device", &args.torch_device]);
+    if args.checkpointing {
+        command.arg("--checkpointing");
+    }
+    let (round, v) = run_round(command, &format!("{} {}", python.display(), script.display()))?;
+    let engine = format!(
+        "{} (attention {}, {})",
+        v["engine"].as_str().unwrap_or("?"),
+        v["attention"].as_str().unwrap_or("?"),
+        match v["device"].as_str() {
+            Some("cpu") | None => format!("{} threads", v["threads"]),
+            Some(device) => device.to_owned(),
+        }
+    );
+    Ok((round, engine))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -177,56 +270,121 @@ fn median(mut v: Vec<f64>) -> f64 {
     if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
+fn fail(message: String) -> ! {
+    eprintln!("sft_bench: {message}");
+    std::process::exit(1);
+}
+
+/// Measures one shape: every engine, `rounds` times, alternating. Returns its JSON record.
+fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json::Value {
+    let (batch, seq) = shape;
+    println!("\n## batch {batch} × {seq} tokens");
+    let mut burn: Vec<Vec<Round>> = args.backends.iter().map(|_| Vec::new()).collect();
+    let (mut torch, mut engine) = (Vec::new(), None);
+    for round in 0..args.rounds {
+        for (i, backend) in args.backends.iter().enumerate() {
+            let r = burn_round(*backend, shape, config, args, round as u64).unwrap_or_else(|e| fail(e));
+            println!(
+                "round {}: burn {:<8} {:8.1} tokens/s, peak RSS {:7.0} MiB (first-step loss {:.6})",
+                round + 1,
+                backend.name(),
+                r.tokens_per_s,
+                r.peak_rss_mib,
+                r.loss
+            );
+            burn[i].push(r);
+        }
+        match &args.python {
+            Some(python) => {
+                let (r, e) = torch_round(python, shape, config, args).unwrap_or_else(|e| fail(e));
+                println!("round {}: pytorch       {:8.1} tokens/s, peak RSS {:7.0} MiB", round + 1, r.tokens_per_s, r.peak_rss_mib);
+                torch.push(r);
+                engine = Some(e);
+            }
+            None if round == 0 => eprintln!("sft_bench: no Python with torch (--python or MEMKIT_BENCH_PYTHON): burn only"),
+            None => {}
+        }
+    }
+    let summary = |name: String, rounds: &[Round], peer: Option<f64>| {
+        let tps: Vec<f64> = rounds.iter().map(|r| r.tokens_per_s).collect();
+        let m = median(tps.clone());
+        let rss = rounds.iter().map(|r| r.peak_rss_mib).fold(0.0, f64::max);
+        json!({
+            "engine": name, "tokens_per_s": tps, "median_tokens_per_s": m,
+            "ratio_to_pytorch": peer.map(|t| m / t), "peak_rss_mib": rss, "first_step_loss": rounds[0].loss,
+            "step_s": rounds.iter().map(|r| r.step_s.clone()).collect::<Vec<_>>(),
+        })
+    };
+    let t = (!torch.is_empty()).then(|| median(torch.iter().map(|r| r.tokens_per_s).collect()));
+    let mut engines: Vec<serde_json::Value> =
+        args.backends.iter().zip(&burn).map(|(b, rounds)| summary(format!("burn 0.22.1 {}", b.name()), rounds, t)).collect();
+    if let Some(e) = engine {
+        engines.push(summary(e, &torch, t));
+    }
+    println!(
+        "\n| engine | tokens/s (median) | ratio to PyTorch | peak RSS MiB | forward / backward / optimizer s (last round) |\n|---|---:|---:|---:|---|"
+    );
+    for e in &engines {
+        let ratio = e["ratio_to_pytorch"].as_f64().map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}×"));
+        let number = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
+        let last = e["step_s"].as_array().and_then(|r| r.last()).cloned().unwrap_or_default();
+        let phase = |k: &str| last[k].as_f64().map_or_else(|| "–".to_string(), |s| format!("{s:.2}"));
+        println!(
+            "| {} | {:.1} | {ratio} | {:.0} | {} / {} / {} |",
+            e["engine"].as_str().unwrap_or("?"),
+            number("median_tokens_per_s"),
+            number("peak_rss_mib"),
+            phase("forward"),
+            phase("backward"),
+            phase("optimizer")
+        );
+    }
+    json!({ "batch": batch, "seq": seq, "engines": engines })
+}
+
 fn main() {
     let args = parse_args().unwrap_or_else(|e| {
         eprintln!("sft_bench: {e}");
         std::process::exit(2);
     });
     let text = match &args.config {
-        Some(p) => std::fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display())),
+        Some(p) => std::fs::read_to_string(p).unwrap_or_else(|e| fail(format!("cannot read {}: {e}", p.display()))),
         None => SMOLLM2_135M.to_string(),
     };
-    let json: serde_json::Value = serde_json::from_str(&text).expect("config.json is JSON");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| fail(format!("config.json: {e}")));
     let cfg = Config::from_json(&json, args.config.as_deref().unwrap_or(Path::new("SmolLM2-135M"))).expect("a Llama/Qwen config");
+    if let Some((backend, seed)) = args.worker {
+        return burn_worker(backend, &cfg, &args, seed);
+    }
     let config_file = std::env::temp_dir().join(format!("memkit-sft-bench-{}.json", std::process::id()));
-    std::fs::write(&config_file, &text).expect("temp dir is writable");
+    std::fs::write(&config_file, &text).unwrap_or_else(|e| fail(format!("cannot write {}: {e}", config_file.display())));
     println!(
-        "SFT step (fwd + bwd + AdamW), {} layers × {} wide, vocab {}, batch {} × {} tokens, {} timed steps after {} warm-up, {} rounds",
-        cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, args.batch, args.seq, args.steps, args.warmup, args.rounds
+        "SFT step (fwd + bwd + AdamW{}), {} layers × {} wide, vocab {}, {} timed steps after {} warm-up, {} rounds",
+        if args.checkpointing { ", gradient checkpointing" } else { "" },
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.vocab_size,
+        args.steps,
+        args.warmup,
+        args.rounds
     );
-    let backends = args.backends.clone();
-    let (mut burn, mut torch, mut engine) = (vec![Vec::new(); backends.len()], Vec::new(), None);
-    for round in 0..args.rounds {
-        for (i, backend) in backends.iter().enumerate() {
-            let (b, loss) = burn_round(*backend, &cfg, &args, round as u64);
-            println!("round {}: burn {:<8} {b:8.1} tokens/s (first-step loss {loss:.6})", round + 1, backend.name());
-            burn[i].push(b);
-        }
-        match &args.python {
-            Some(python) => match torch_round(python, &config_file, &args) {
-                Ok((t, e)) => {
-                    println!("round {}: pytorch       {t:8.1} tokens/s", round + 1);
-                    torch.push(t);
-                    engine = Some(e);
-                }
-                Err(e) => {
-                    eprintln!("sft_bench: {e}");
-                    std::process::exit(1);
-                }
-            },
-            None if round == 0 => eprintln!("sft_bench: no Python with torch (--python or MEMKIT_BENCH_PYTHON): burn only"),
-            None => {}
-        }
-    }
+    let shapes: Vec<serde_json::Value> = args.shapes.iter().map(|&shape| bench_shape(shape, &config_file, &args)).collect();
     let _ = std::fs::remove_file(&config_file);
-    println!("\n| engine | tokens/s (median) | ratio to PyTorch |\n|---|---|---|");
-    let t = (!torch.is_empty()).then(|| median(torch));
-    for (backend, runs) in backends.iter().zip(burn) {
-        let b = median(runs);
-        let ratio = t.map_or_else(|| "n/a".to_string(), |t| format!("{:.2}×", b / t));
-        println!("| burn 0.22.1 {} | {b:.1} | {ratio} |", backend.name());
-    }
-    if let Some(t) = t {
-        println!("| {} | {t:.1} | 1.00× |", engine.unwrap_or_default());
+    if let Some(path) = &args.json {
+        let record = json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            "model": args.config.as_ref().map_or("SmolLM2-135M shape".to_string(), |p| p.display().to_string()),
+            "cpus": std::thread::available_parallelism().map_or(0, usize::from),
+            "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
+            "gradient_checkpointing": args.checkpointing,
+            "shapes": shapes,
+        });
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", dir.display())));
+        }
+        let text = serde_json::to_string_pretty(&record).expect("JSON") + "\n";
+        std::fs::write(path, text).unwrap_or_else(|e| fail(format!("cannot write {}: {e}", path.display())));
+        println!("\nwrote {}", path.display());
     }
 }

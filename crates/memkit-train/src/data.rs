@@ -126,6 +126,24 @@ fn overlaps(token: Range<usize>, spans: &[Range<usize>]) -> bool {
     spans.iter().any(|span| token.start < span.end && token.end > span.start)
 }
 
+/// The share of a batch grid's input positions that are right-padding: what
+/// [`bucket_batches`] saves against batches cut in file order (`train.log`'s plan gives both).
+pub fn padding_share(examples: &[TokenizedExample], batches: &[Vec<usize>]) -> f64 {
+    let (mut padded, mut total) = (0usize, 0usize);
+    for batch in batches {
+        let lens: Vec<usize> = batch.iter().map(|&i| examples[i].ids.len() - 1).collect();
+        let grid = lens.len() * lens.iter().copied().max().unwrap_or(0);
+        padded += grid - lens.iter().sum::<usize>();
+        total += grid;
+    }
+    if total == 0 { 0.0 } else { padded as f64 / total as f64 }
+}
+
+/// Batches of `batch_size` in file order: the unbucketed baseline of [`padding_share`].
+pub fn file_order_batches(examples: usize, batch_size: usize) -> Vec<Vec<usize>> {
+    (0..examples).collect::<Vec<_>>().chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
+}
+
 /// Groups examples of similar length into batches of `batch_size` (sorted by length, then cut),
 /// so little compute goes to padding. Returns indices into `examples`.
 pub fn bucket_batches(examples: &[TokenizedExample], batch_size: usize) -> Vec<Vec<usize>> {
@@ -142,18 +160,23 @@ pub fn epoch_order(batches: usize, seed: u64, epoch: usize) -> Vec<usize> {
     order
 }
 
-/// A batch on the device: inputs, next-token targets and the loss weight of each target.
+/// A batch on the device: inputs, and the positions whose next token the loss reads (the
+/// assistant tokens) with those tokens. Padding and prompt positions have no target, so the
+/// vocabulary projection never runs on them.
 pub struct Batch {
     /// `[batch, seq_len]` token ids (right-padded).
     pub inputs: Tensor<2, Int>,
-    /// `[batch, seq_len]` the token after each input.
-    pub targets: Tensor<2, Int>,
-    /// `[batch, seq_len]` 1 where the target is an assistant token, else 0.
-    pub weights: Tensor<2>,
-    /// Number of weighted targets.
+    /// `[targets]` flat indices (`row * seq_len + t`) of the positions whose next token is an
+    /// assistant token.
+    pub positions: Tensor<1, Int>,
+    /// `[targets]` the token after each of those positions.
+    pub targets: Tensor<1, Int>,
+    /// Number of targets.
     pub target_tokens: usize,
     /// Non-padding input tokens.
     pub tokens: usize,
+    /// Padding input tokens (right-padding up to the longest example).
+    pub padding: usize,
 }
 
 impl Batch {
@@ -161,25 +184,26 @@ impl Batch {
     pub fn new(examples: &[&TokenizedExample], device: &Device) -> Self {
         let len = examples.iter().map(|e| e.ids.len() - 1).max().unwrap_or(0).max(1);
         let n = examples.len();
-        let (mut inputs, mut targets, mut weights) = (vec![0i64; n * len], vec![0i64; n * len], vec![0f32; n * len]);
-        let (mut target_tokens, mut tokens) = (0, 0);
+        let mut inputs = vec![0i64; n * len];
+        let (mut positions, mut targets, mut tokens) = (Vec::new(), Vec::new(), 0);
         for (row, example) in examples.iter().enumerate() {
             for t in 0..example.ids.len() - 1 {
                 inputs[row * len + t] = i64::from(example.ids[t]);
-                targets[row * len + t] = i64::from(example.ids[t + 1]);
                 if example.target[t + 1] {
-                    weights[row * len + t] = 1.0;
-                    target_tokens += 1;
+                    positions.push((row * len + t) as i64);
+                    targets.push(i64::from(example.ids[t + 1]));
                 }
             }
             tokens += example.ids.len() - 1;
         }
+        let target_tokens = targets.len();
         Batch {
             inputs: Tensor::from_data(TensorData::new(inputs, [n, len]), device),
-            targets: Tensor::from_data(TensorData::new(targets, [n, len]), device),
-            weights: Tensor::from_data(TensorData::new(weights, [n, len]), device),
+            positions: Tensor::from_data(TensorData::new(positions, [target_tokens]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [target_tokens]), device),
             target_tokens,
             tokens,
+            padding: n * len - tokens,
         }
     }
 }
@@ -196,6 +220,18 @@ mod tests {
         assert!(overlaps(9..12, &spans));
         assert!(!overlaps(10..12, &spans));
         assert!(overlaps(29..31, &spans));
+    }
+
+    #[test]
+    fn padding_share_counts_right_padding_by_hand() {
+        let example = |len: usize| TokenizedExample { ids: vec![1; len + 1], target: vec![true; len + 1] };
+        // Inputs of 2, 8, 2, 8 tokens. File order: [2, 8] and [2, 8] pad 6 + 6 of 32 positions;
+        // by length: [2, 2] and [8, 8] pad nothing.
+        let examples = vec![example(2), example(8), example(2), example(8)];
+        let file = file_order_batches(examples.len(), 2);
+        assert_eq!(file, vec![vec![0, 1], vec![2, 3]]);
+        assert!((padding_share(&examples, &file) - 12.0 / 32.0).abs() < 1e-12);
+        assert_eq!(padding_share(&examples, &bucket_batches(&examples, 2)), 0.0);
     }
 
     #[test]

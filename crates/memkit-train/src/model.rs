@@ -547,6 +547,14 @@ impl Model {
     /// # Shapes
     /// - input_ids `[batch, seq_len]` → `[batch, seq_len, vocab]`
     pub fn forward(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
+        self.logits(self.hidden(input_ids))
+    }
+
+    /// The final (normed) hidden state of every position: what [`Model::logits`] projects.
+    ///
+    /// # Shapes
+    /// - input_ids `[batch, seq_len]` → `[batch, seq_len, hidden]`
+    pub fn hidden(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
         let device = input_ids.device();
         let seq_len = input_ids.dims()[1];
         let rope = RotaryEmbedding::new(&self.config, seq_len, &device);
@@ -556,7 +564,15 @@ impl Model {
         for layer in &self.layers {
             h = layer.forward(h, &rope, mask.clone());
         }
-        let h = self.norm.forward(h);
+        self.norm.forward(h)
+    }
+
+    /// The vocabulary projection (the LM head, or the tied embeddings) of hidden states; the
+    /// trainer applies it only where the loss reads a target.
+    ///
+    /// # Shapes
+    /// - h `[..., hidden]` → `[..., vocab]`
+    pub fn logits<const D: usize>(&self, h: Tensor<D>) -> Tensor<D> {
         match &self.lm_head {
             Some(head) => linear(h, head.val(), None),
             None => linear(h, self.embed_tokens.val().transpose(), None),

@@ -17,7 +17,9 @@ use serde::Serialize;
 use tracing::{info, instrument};
 
 use crate::checkpoint::{CheckpointData, TrainState, export_hf, list_checkpoints, read_state, weights_file, write_checkpoint};
-use crate::data::{Batch, ChatTokenizer, DataStats, TokenizedExample, bucket_batches, epoch_order, read_examples};
+use crate::data::{
+    Batch, ChatTokenizer, DataStats, TokenizedExample, bucket_batches, epoch_order, file_order_batches, padding_share, read_examples,
+};
 use crate::model::{BuildOptions, Config, Model, random_weights};
 use crate::recipe::{ModelSource, Optimizer, Recipe};
 use crate::weights::{Weights, read_hf_weights, read_json, write_atomic};
@@ -46,6 +48,10 @@ pub struct TrainPlan {
     pub valid: DataStats,
     /// Trainable parameters (all of them, or the LoRA factors).
     pub trainable_parameters: usize,
+    /// Share of the training batches' input positions that are padding, batched by length.
+    pub padding_share: f64,
+    /// The same for batches cut in file order (what length bucketing saves).
+    pub padding_share_file_order: f64,
 }
 
 /// One optimiser step.
@@ -192,22 +198,29 @@ fn evaluate(model: &Model, examples: &[TokenizedExample], batches: &[Vec<usize>]
     for batch in batches {
         let rows: Vec<&TokenizedExample> = batch.iter().map(|&i| &examples[i]).collect();
         let batch = Batch::new(&rows, device);
-        let logits = model.forward(batch.inputs.clone());
-        let predicted = logits.clone().argmax(2).squeeze_dim::<2>(2);
-        let hits = predicted.equal(batch.targets.clone()).float().mul(batch.weights.clone()).sum();
-        nll += f64::from(masked_nll(logits, &batch).into_scalar::<f32>());
-        correct += f64::from(hits.into_scalar::<f32>());
+        let logits = target_logits(model, &batch);
+        let predicted = logits.clone().argmax(1).squeeze_dim::<1>(1);
+        let hits = predicted.equal(batch.targets.clone()).int().sum();
+        nll += f64::from(nll_sum(logits, &batch).into_scalar::<f32>());
+        correct += hits.into_scalar::<i64>() as f64;
         count += batch.target_tokens;
     }
     let n = count.max(1) as f64;
     (nll / n, correct / n, count)
 }
 
-/// Summed cross-entropy over the weighted targets.
-fn masked_nll(logits: Tensor<3>, batch: &Batch) -> Tensor<1> {
-    let log_probs = log_softmax(logits, 2);
-    let picked = log_probs.gather(2, batch.targets.clone().unsqueeze_dim::<3>(2)).squeeze_dim::<2>(2); // [batch, seq_len]
-    picked.mul(batch.weights.clone()).sum().neg()
+/// Logits at the batch's target positions only: `[targets, vocab]`. Projecting every position
+/// onto the vocabulary and then masking would spend the largest matmul of a small model, and
+/// its largest activation, on prompt and padding tokens the loss never reads.
+fn target_logits(model: &Model, batch: &Batch) -> Tensor<2> {
+    let h = model.hidden(batch.inputs.clone());
+    let [rows, seq_len, hidden] = h.dims();
+    model.logits(h.reshape([rows * seq_len, hidden]).select(0, batch.positions.clone()))
+}
+
+/// Summed cross-entropy of the batch's targets under `logits` (`[targets, vocab]`).
+fn nll_sum(logits: Tensor<2>, batch: &Batch) -> Tensor<1> {
+    log_softmax(logits, 1).gather(1, batch.targets.clone().unsqueeze_dim::<2>(1)).sum().neg()
 }
 
 /// Sums the squares of all gradients (for the global norm).
@@ -363,7 +376,15 @@ pub fn train(
 
     let mut trainable = Trainable(0);
     model.visit(&mut trainable);
-    let plan = TrainPlan { total_steps, start_step: state.step, train: train_stats, valid: valid_stats, trainable_parameters: trainable.0 };
+    let plan = TrainPlan {
+        total_steps,
+        start_step: state.step,
+        train: train_stats,
+        valid: valid_stats,
+        trainable_parameters: trainable.0,
+        padding_share: padding_share(&train_set, &batches),
+        padding_share_file_order: padding_share(&train_set, &file_order_batches(train_set.len(), run.batch_size)),
+    };
     info!(?plan, "training");
     log.line(&format!("plan: {}", serde_json::to_string(&plan).expect("the plan serialises")))?;
     reporter.on_start(&plan);
@@ -415,7 +436,7 @@ pub fn train(
             device.seed(run.seed ^ ((state.micro_batches + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let rows: Vec<&TokenizedExample> = indices.iter().map(|&i| &train_set[i]).collect();
             let batch = Batch::new(&rows, &device);
-            let loss = masked_nll(model.forward(batch.inputs.clone()), &batch).div_scalar(step_targets.max(1) as f64);
+            let loss = nll_sum(target_logits(&model, &batch), &batch).div_scalar(step_targets.max(1) as f64);
             loss_sum += f64::from(loss.clone().into_scalar::<f32>());
             step_tokens += batch.tokens;
             let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -512,6 +533,38 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{BuildOptions, Config, random_weights};
+
+    #[test]
+    fn the_loss_at_target_positions_equals_the_masked_loss_over_all_logits() {
+        let config = serde_json::json!({
+            "model_type": "llama", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": true
+        });
+        let cfg = Config::from_json(&config, Path::new("tiny")).unwrap();
+        let device = crate::cpu_device();
+        let model = Model::new(&cfg, &random_weights(&cfg, 7), Path::new("random"), BuildOptions { lora: None, seed: 7 }, &device).unwrap();
+        let a = TokenizedExample { ids: vec![1, 5, 7, 9, 11, 3], target: vec![false, false, false, true, true, true] };
+        let b = TokenizedExample { ids: vec![2, 4, 6], target: vec![false, true, true] };
+        let batch = Batch::new(&[&a, &b], &device);
+        // Inputs of 5 and 2 tokens on a 2 × 5 grid: 3 padding positions; 3 + 2 targets.
+        assert_eq!((batch.target_tokens, batch.tokens, batch.padding), (5, 7, 3));
+        let fast = f64::from(nll_sum(target_logits(&model, &batch), &batch).into_scalar::<f32>());
+
+        // The reference: every position's log-probabilities, summed at the assistant targets.
+        let (len, vocab) = (5, 50);
+        let log_probs = log_softmax(model.forward(batch.inputs.clone()), 2).into_data().try_to_vec::<f32>().unwrap();
+        let mut full = 0.0f64;
+        for (row, example) in [&a, &b].into_iter().enumerate() {
+            for t in 0..example.ids.len() - 1 {
+                if example.target[t + 1] {
+                    full -= f64::from(log_probs[(row * len + t) * vocab + example.ids[t + 1] as usize]);
+                }
+            }
+        }
+        assert!(full > 5.0 && (fast - full).abs() < 1e-4 * full, "{fast} vs {full}");
+    }
 
     #[test]
     fn warmup_then_cosine() {
