@@ -62,7 +62,7 @@ pub fn compare(gold: &[GoldRecord], records: &[MemoryRecord]) -> Agreement {
         });
     }
     for r in records {
-        let Some(dialogue) = gold.iter().map(|g| g.dialogue.as_str()).find(|d| r.pointer.window_id.starts_with(&format!("{d}/"))) else {
+        let Some(dialogue) = gold.iter().map(|g| g.dialogue.as_str()).find(|d| r.pointer.belongs_to(d)) else {
             continue;
         };
         let Some(turn) = r.pointer.turn_ids.first() else { continue };

@@ -173,12 +173,11 @@ fn records_for(
     Ok(match source {
         RecordSource::File(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
-            let prefix = format!("{}/", dialogue.id);
             let mut records = Vec::new();
             for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
                 let record: MemoryRecord = serde_json::from_str(line)
                     .map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
-                if record.pointer.window_id.starts_with(&prefix) {
+                if record.pointer.belongs_to(&dialogue.id) {
                     records.push(record);
                 }
             }
@@ -595,17 +594,32 @@ fn run_locomo(
         }
         reporter.finish();
         let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
-        extraction_figures(system, &mut metrics)?;
+        let dialogues: Vec<&str> = samples.iter().map(|s| s.dialogue.id.as_str()).collect();
+        extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
     }
     Ok(out)
 }
 
-/// For records written by `memkit extract` with a model: what extraction cost (wall seconds
-/// per window, a batch's time shared among its windows; completion tokens per window), read
-/// from the window ledger next to the records file (`<file>.windows.jsonl`), when there is one.
-fn extraction_figures(system: &SystemSpec, metrics: &mut SystemMetrics) -> Result<()> {
+/// For a records file: how many of its records belong to no evaluated dialogue (skipped, with a
+/// warning); and for records written by `memkit extract` with a model, what extraction cost
+/// (wall seconds per window, a batch's time shared among its windows; completion tokens per
+/// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
+/// there is one.
+fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
     let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
+    // Records of dialogues this run does not evaluate are skipped: count them and say so.
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+    let mut outside = 0usize;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let record: MemoryRecord = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
+        outside += usize::from(!dialogues.iter().any(|d| record.pointer.belongs_to(d)));
+    }
+    if outside > 0 {
+        tracing::warn!(system = system.name(), file = %path.display(), records = outside, "records of dialogues outside this evaluation: skipped");
+    }
+    metrics.extra.insert("records_outside_dataset".into(), json!(outside));
     let ledger = memkit_schema::window_ledger_path(path);
     let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
     let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
@@ -765,7 +779,8 @@ fn run_longmemeval(
         }
         reporter.finish();
         let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
-        extraction_figures(system, &mut metrics)?;
+        let dialogues: Vec<&str> = items.iter().map(|i| i.dialogue.id.as_str()).collect();
+        extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
     }
     Ok(out)
@@ -864,8 +879,12 @@ mod tests {
         let system: SystemSpec =
             toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = {{ file = {:?} }}", student.display().to_string()))
                 .unwrap();
+        // The records file: one record of the evaluated dialogue `d`, one of another.
+        let record = |window: &str| serde_json::json!({"id": window, "content": "x", "type": "fact", "pointer": {"window_id": window}});
+        std::fs::write(&student, format!("{}\n{}\n", record("d/w0"), record("elsewhere/w3"))).unwrap();
         let mut metrics = SystemMetrics::new("x");
-        extraction_figures(&system, &mut metrics).unwrap();
+        extraction_figures(&system, &["d"], &mut metrics).unwrap();
+        assert_eq!(metrics.extra["records_outside_dataset"], serde_json::json!(1));
         assert_eq!(metrics.extra["extraction_s_per_window"], serde_json::json!(1.5));
         assert_eq!(metrics.extra["windows_without_records"], serde_json::json!(1));
 

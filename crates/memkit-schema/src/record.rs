@@ -82,6 +82,14 @@ pub struct Pointer {
     pub timestamp: String,
 }
 
+impl Pointer {
+    /// Whether the record's window is one of `dialogue`'s: window ids are
+    /// `<dialogue id>/<window>`, and a dialogue id may itself hold `/`.
+    pub fn belongs_to(&self, dialogue: &str) -> bool {
+        self.window_id.strip_prefix(dialogue).is_some_and(|rest| rest.starts_with('/'))
+    }
+}
+
 /// A memory record `m = <id, content, type, dims, pointer>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryRecord {
@@ -170,6 +178,16 @@ pub fn window_ledger_path(records_file: &std::path::Path) -> std::path::PathBuf 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pointer_belongs_to_the_dialogue_that_prefixes_its_window_at_a_slash() {
+        let pointer = Pointer { window_id: "lme-s/gpt4_8c8961ae/w40".into(), ..Pointer::default() };
+        assert!(pointer.belongs_to("lme-s/gpt4_8c8961ae"));
+        assert!(pointer.belongs_to("lme-s"));
+        assert!(!pointer.belongs_to("lme-s/gpt4_8c8961a"), "a prefix that stops inside an id");
+        assert!(!pointer.belongs_to("lme-s/gpt4_8c8961ae/w40"), "the window itself is no dialogue");
+        assert!(!Pointer { window_id: "conv-26".into(), ..Pointer::default() }.belongs_to("conv-26"));
+    }
 
     #[test]
     fn memory_type_parses_synonyms_and_rejects_others() {

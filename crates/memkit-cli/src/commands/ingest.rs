@@ -56,13 +56,30 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         }
         (false, _) => Box::new(HashingEmbedder::default()),
     };
+    if let (Some(all), Some(path)) = (&given, &args.records) {
+        let outside: Vec<&str> = all
+            .iter()
+            .filter(|r| !dialogues.iter().any(|d| r.pointer.belongs_to(&d.id)))
+            .map(|r| r.pointer.window_id.as_str())
+            .collect();
+        if !outside.is_empty() {
+            tracing::warn!(
+                records = outside.len(),
+                first_window = outside[0],
+                "{}: {} of {} records belong to no dialogue loaded here (another dataset, or dialogues filtered out): not ingested",
+                path.display(),
+                outside.len(),
+                all.len()
+            );
+        }
+    }
     let bar = bars.bar(dialogues.len() as u64, "ingest");
     let rule = RuleExtractor::default();
     let (mut stored, mut stats_total) = (0usize, Vec::new());
     for d in &dialogues {
         let mut batch = IngestBatch::from_dialogue(d);
         let records = match (&given, args.extractor) {
-            (Some(all), _) => all.iter().filter(|r| r.pointer.window_id.starts_with(&format!("{}/", d.id))).cloned().collect(),
+            (Some(all), _) => all.iter().filter(|r| r.pointer.belongs_to(&d.id)).cloned().collect(),
             (None, ExtractorKind::Rule) => rule.extract(d),
             (None, ExtractorKind::RawTurns) => raw_turn_records(d),
             (None, ExtractorKind::Model | ExtractorKind::Observations) => anyhow::bail!(
