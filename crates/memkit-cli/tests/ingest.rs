@@ -1,7 +1,50 @@
-//! `memkit ingest --records`: records of dialogues that are not loaded are not stored, and the
-//! command says how many (real binary, real LoCoMo file, a real SQLite database).
+//! `memkit ingest` and `memkit query` on the real binary, the real LoCoMo file and a real SQLite
+//! database: records of dialogues that are not loaded are counted, and a query runs the dense
+//! route when the embedder is installed.
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn memkit(args: &[&str], db: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memkit")).arg("--no-progress").args(args).arg("--db").arg(db).output().unwrap()
+}
+
+#[test]
+fn query_runs_the_dense_route_when_the_embedder_is_installed() {
+    let Some(minilm) = memkit_infer::models::installed_for_tests(memkit_infer::models::ALL_MINILM_L6_V2.name) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.sqlite");
+    let locomo = memkit_data::shared_data_dir().join("locomo/locomo10.json");
+    let out = memkit(&["ingest", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1", "--input", locomo.to_str().unwrap()], &db);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let question = "When did Caroline go to the LGBTQ support group?";
+    let query = |extra: &[&str]| {
+        let mut args = vec!["query", question, "--json", "--embedder-dir", minilm.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = memkit(&args, &db);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let contents: Vec<String> =
+            json["hits"].as_array().unwrap().iter().map(|h| h["record"]["content"].as_str().unwrap().to_owned()).collect();
+        (contents, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (dense, stderr) = query(&[]);
+    assert!(!stderr.contains("dense route off"), "{stderr}");
+    assert!(dense.iter().any(|c| c.contains("support group")), "{dense:?}");
+    // The dense route embedded every record and cached the vectors in the database.
+    use memkit_engine::dense::document_cache_key;
+    use memkit_engine::store::{MemoryStore, SqliteStore};
+    let store = SqliteStore::open(&db).unwrap();
+    let records = store.list_records().unwrap();
+    let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let model_id = memkit_infer::SentenceEmbedder::load(&minilm).unwrap().model_id().to_owned();
+    assert_eq!(store.get_embeddings(&document_cache_key(&model_id), &ids).unwrap().len(), records.len());
+    // The second query reads the record vectors the first one cached: the same answer.
+    assert_eq!(query(&[]).0, dense);
+    let (_, stderr) = query(&["--no-dense"]);
+    assert!(!stderr.contains("dense route off"), "--no-dense says nothing: {stderr}");
+}
 
 #[test]
 fn records_of_dialogues_not_loaded_are_counted_not_dropped_silently() {

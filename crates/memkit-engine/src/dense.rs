@@ -47,6 +47,18 @@ impl<E: Embedder + ?Sized> Embedder for Box<E> {
     }
 }
 
+impl<E: Embedder + ?Sized> Embedder for &E {
+    fn model_id(&self) -> &str {
+        (**self).model_id()
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        (**self).embed(texts)
+    }
+}
+
 impl<E: Embedder + ?Sized> Embedder for Arc<E> {
     fn model_id(&self) -> &str {
         (**self).model_id()
@@ -117,6 +129,11 @@ pub fn document_text(record: &MemoryRecord) -> String {
     [record.content.as_str(), d.reason.as_str(), d.purpose.as_str()].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
+/// The store's cache key for an embedder's vectors of [`document_text`] (the dense route).
+pub fn document_cache_key(model_id: &str) -> String {
+    format!("{model_id}#document")
+}
+
 /// Exact cosine search over one embedding per record.
 pub struct DenseIndex<E> {
     embedder: E,
@@ -152,6 +169,32 @@ impl<E: Embedder> DenseIndex<E> {
             index.push(v)?;
         }
         Ok(index)
+    }
+
+    /// An index over `records` that reuses the vectors `store` caches for this embedder and
+    /// embeds (and caches) only the rest, `batch_size` texts per call. The vectors are of
+    /// [`document_text`], cached under [`document_cache_key`]: the update path caches vectors of
+    /// a record's content alone under the plain model id, and the two must not mix.
+    pub fn from_store(
+        embedder: E,
+        store: &mut (impl crate::store::MemoryStore + ?Sized),
+        records: &[MemoryRecord],
+        batch_size: usize,
+    ) -> Result<Self> {
+        let key = document_cache_key(embedder.model_id());
+        let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        let mut cached = store.get_embeddings(&key, &ids)?;
+        let missing: Vec<&MemoryRecord> = records.iter().filter(|r| !cached.contains_key(&r.id)).collect();
+        if !missing.is_empty() {
+            let mut fresh = DenseIndex::new(&embedder);
+            fresh.add_records(&missing.iter().map(|r| (*r).clone()).collect::<Vec<_>>(), batch_size)?;
+            let computed: Vec<(String, Vec<f32>)> =
+                missing.iter().enumerate().map(|(i, r)| (r.id.clone(), fresh.vector(i).expect("one vector per record").to_vec())).collect();
+            store.put_embeddings(&key, &computed)?;
+            cached.extend(computed);
+        }
+        let vectors = records.iter().map(|r| cached.remove(&r.id).expect("every record has a vector now")).collect();
+        DenseIndex::from_vectors(embedder, vectors)
     }
 
     /// Embeds and appends records, `batch_size` texts per call (0 counts as 1).
@@ -430,6 +473,48 @@ mod tests {
         let index = DenseIndex::from_vectors(boxed, vec![vec![0.0; 8], vec![1.0; 8]]).unwrap();
         assert_eq!(index.len(), 2);
         assert_eq!(index.vector(1).unwrap()[0], 1.0);
+    }
+
+    #[test]
+    fn an_index_from_the_store_embeds_each_record_once_across_runs() {
+        struct Counting(HashingEmbedder, Mutex<usize>);
+        impl Embedder for Counting {
+            fn model_id(&self) -> &str {
+                self.0.model_id()
+            }
+            fn dim(&self) -> usize {
+                self.0.dim()
+            }
+            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+                *self.1.lock().unwrap() += texts.len();
+                self.0.embed(texts)
+            }
+        }
+        let record = |id: &str, content: &str| MemoryRecord {
+            id: id.into(),
+            content: content.into(),
+            memory_type: memkit_schema::MemoryType::Fact,
+            dims: Default::default(),
+            pointer: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::store::SqliteStore::open(dir.path().join("m.sqlite")).unwrap();
+        let (a, b) = (record("a", "Ann moved to Paris"), record("b", "Ann adopted a cat"));
+        use crate::store::MemoryStore;
+        store.ingest(&crate::store::IngestBatch { records: vec![a.clone(), b.clone()], ..Default::default() }).unwrap();
+        let counting = Counting(HashingEmbedder::default(), Mutex::new(0));
+        let index = DenseIndex::from_store(&counting, &mut store, &[a.clone()], 8).unwrap();
+        assert_eq!(*counting.1.lock().unwrap(), 1);
+        // A second run with one more record embeds only the new one, and the vectors are those
+        // a fresh build computes, in the records' order.
+        let index2 = DenseIndex::from_store(&counting, &mut store, &[b.clone(), a.clone()], 8).unwrap();
+        assert_eq!(*counting.1.lock().unwrap(), 2);
+        let built = DenseIndex::build(HashingEmbedder::default(), &[b, a], 8).unwrap();
+        assert_eq!((index2.vector(0), index2.vector(1)), (built.vector(0), built.vector(1)));
+        assert_eq!(index.vector(0), built.vector(1));
+        // Cached under the document key, not the plain model id of the update path's content vectors.
+        assert_eq!(store.get_embeddings(&document_cache_key(counting.model_id()), &["a", "b"]).unwrap().len(), 2);
+        assert!(store.get_embeddings(counting.model_id(), &["a", "b"]).unwrap().is_empty());
     }
 
     #[test]

@@ -5,15 +5,18 @@ use std::path::PathBuf;
 use anyhow::Context;
 use chrono::NaiveDateTime;
 use memkit_engine::Retriever;
-use memkit_engine::fusion::{TriPath, TriPathConfig};
+use memkit_engine::dense::{DenseIndex, Embedder};
+use memkit_engine::fusion::{Route, TriPath, TriPathConfig};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::{MemoryStore, SqliteStore};
 
-/// Ask a memory database a question: the rule parser turns it into retrieval fields, BM25 and
-/// dimension match retrieve, DimMem fusion combines them, HingeMem's adaptive stop cuts the list,
-/// and assistant replies are attached when the question asks what the assistant said.
+/// Ask a memory database a question: the rule parser turns it into retrieval fields, BM25, dense
+/// (all-MiniLM-L6-v2, when installed) and dimension match retrieve, DimMem fusion combines them,
+/// HingeMem's adaptive stop cuts the list, and assistant replies are attached when the question
+/// asks what the assistant said. The dense route's record vectors are cached in the database, so
+/// only the first query after an ingest embeds records.
 ///
 /// Example: memkit query --db mem.sqlite "When did Caroline go to the LGBTQ support group?"
 #[derive(Debug, clap::Args)]
@@ -35,16 +38,37 @@ pub struct Args {
     /// Print JSON (parsed query and hits) instead of text.
     #[arg(long)]
     json: bool,
+    /// all-MiniLM-L6-v2 directory for the dense route (default: the installed one; without one
+    /// the query runs BM25 and dimension match, and says so).
+    #[arg(long)]
+    embedder_dir: Option<PathBuf>,
+    /// Leave the dense route out even when the embedder is installed.
+    #[arg(long)]
+    no_dense: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.db.exists() {
         anyhow::bail!("memory database {} does not exist (create it with `memkit ingest`)", args.db.display());
     }
-    let store = SqliteStore::open(&args.db)?;
+    let mut store = SqliteStore::open(&args.db)?;
     let records = store.list_records()?;
     let parsed = RuleQueryParser.parse(&args.question, args.date)?;
-    let tri = TriPath::new(&records, TriPathConfig::default())?;
+    let embedder = if args.no_dense { None } else { super::load_embedder(args.embedder_dir.as_deref())? };
+    let tri = match embedder {
+        Some(embedder) => {
+            let config = TriPathConfig { routes: vec![Route::Bm25, Route::Dense, Route::Dimension], ..TriPathConfig::default() };
+            let boxed: Box<dyn Embedder> = Box::new(embedder);
+            let dense = DenseIndex::from_store(boxed, &mut store, &records, 64).context("embedding the records for the dense route")?;
+            TriPath::new(&records, config)?.with_dense(dense)?
+        }
+        None => {
+            if !args.no_dense {
+                tracing::info!("dense route off: all-MiniLM-L6-v2 is not installed (`memkit models fetch all-minilm-l6-v2`)");
+            }
+            TriPath::new(&records, TriPathConfig::default())?
+        }
+    };
     let mut hits = tri.search(&parsed, tri.fusion().cap()).context("retrieval failed")?;
     if !args.no_stop {
         hits = adaptive_stop(&hits, classify_query(&args.question), &StopConfig::default());
