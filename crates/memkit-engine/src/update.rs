@@ -2,7 +2,10 @@
 //!
 //! For each new record, in order:
 //!
-//! 1. candidates are the stored records of the **same type**;
+//! 1. candidates are the stored records of the **same type** and the **same dialogue** (the part
+//!    of the window id before the window, [`memkit_schema::Pointer::dialogue_id`]): one database
+//!    can hold several people's conversations, and one person's record never merges into or
+//!    supersedes another's;
 //! 2. of those, keep the ones whose **keyword Jaccard** with the new record is ≥ 0.3 (keyword
 //!    tokens; a record without keywords uses its content tokens);
 //! 3. only now **embed** the new record and the surviving candidates (through the store's
@@ -298,8 +301,14 @@ pub fn update<S: MemoryStore + ?Sized>(
         stats.new_records += 1;
         let new_index = entries.len();
         entries.push(Entry { keywords: keyword_tokens(&record), record, origin: Origin::New, version: 0, alive: false });
+        // Candidates come from the same dialogue only: one database can hold several people's
+        // conversations, and a record about one must never merge into or supersede another's.
+        let (new_type, new_dialogue) = (entries[new_index].record.memory_type, entries[new_index].record.pointer.dialogue_id());
         let same_type: Vec<usize> = (0..new_index)
-            .filter(|&i| entries[i].alive && entries[i].record.memory_type == entries[new_index].record.memory_type)
+            .filter(|&i| {
+                let r = &entries[i].record;
+                entries[i].alive && r.memory_type == new_type && r.pointer.dialogue_id() == new_dialogue
+            })
             .collect();
         baseline_seen.insert((new_index, 0));
         baseline_seen.extend(same_type.iter().map(|&i| (i, entries[i].version)));

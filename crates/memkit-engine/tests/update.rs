@@ -141,6 +141,26 @@ fn decisions_are_applied_and_embeddings_counted() {
 }
 
 #[test]
+fn records_of_another_dialogue_are_never_candidates() {
+    // The same new records, but from another dialogue's window: none of the stored
+    // (window-less) records is a candidate. Among themselves they share a dialogue: n3 meets n2
+    // (same keywords, another date: keep both), so two texts are embedded and all four are kept.
+    let mut store = seeded_store();
+    let embedder = Counting::new();
+    let elsewhere: Vec<MemoryRecord> = new_records()
+        .into_iter()
+        .map(|mut r| {
+            r.pointer.window_id = "conv-99/w0".into();
+            r
+        })
+        .collect();
+    let stats = update(&mut store, elsewhere, &embedder, &RuleConsolidator::default(), &UpdateConfig::default()).unwrap();
+    assert_eq!((stats.keyword_candidates, stats.merges, stats.supersedes, stats.kept), (1, 0, 0, 4));
+    assert_eq!(embedder.count(), 2);
+    assert_eq!(store.list_records().unwrap().len(), 9);
+}
+
+#[test]
 fn the_store_cache_saves_recomputation() {
     let mut store = seeded_store();
     let embedder = Counting::new();

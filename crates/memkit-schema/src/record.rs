@@ -83,10 +83,16 @@ pub struct Pointer {
 }
 
 impl Pointer {
-    /// Whether the record's window is one of `dialogue`'s: window ids are
-    /// `<dialogue id>/<window>`, and a dialogue id may itself hold `/`.
+    /// The dialogue of the record's window: window ids are `<dialogue id>/<window>` (`conv-26/w3`,
+    /// `conv-26/turns`), and a dialogue id may itself hold `/`. Empty when the window id has no
+    /// `/` (records written without one).
+    pub fn dialogue_id(&self) -> &str {
+        self.window_id.rsplit_once('/').map_or("", |(dialogue, _)| dialogue)
+    }
+
+    /// Whether the record's window is one of `dialogue`'s.
     pub fn belongs_to(&self, dialogue: &str) -> bool {
-        self.window_id.strip_prefix(dialogue).is_some_and(|rest| rest.starts_with('/'))
+        !dialogue.is_empty() && self.dialogue_id() == dialogue
     }
 }
 
@@ -180,13 +186,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pointer_belongs_to_the_dialogue_that_prefixes_its_window_at_a_slash() {
+    fn a_pointer_belongs_to_the_dialogue_before_its_window() {
         let pointer = Pointer { window_id: "lme-s/gpt4_8c8961ae/w40".into(), ..Pointer::default() };
+        assert_eq!(pointer.dialogue_id(), "lme-s/gpt4_8c8961ae");
         assert!(pointer.belongs_to("lme-s/gpt4_8c8961ae"));
-        assert!(pointer.belongs_to("lme-s"));
+        assert!(!pointer.belongs_to("lme-s"), "a dialogue id is the whole part before the window");
         assert!(!pointer.belongs_to("lme-s/gpt4_8c8961a"), "a prefix that stops inside an id");
         assert!(!pointer.belongs_to("lme-s/gpt4_8c8961ae/w40"), "the window itself is no dialogue");
         assert!(!Pointer { window_id: "conv-26".into(), ..Pointer::default() }.belongs_to("conv-26"));
+        assert_eq!(Pointer::default().dialogue_id(), "");
+        assert!(!Pointer::default().belongs_to(""));
     }
 
     #[test]
