@@ -186,8 +186,9 @@ impl<E: Embedder> DenseIndex<E> {
         let mut cached = store.get_embeddings(&key, &ids)?;
         let missing: Vec<&MemoryRecord> = records.iter().filter(|r| !cached.contains_key(&r.id)).collect();
         if !missing.is_empty() {
+            let texts: Vec<String> = missing.iter().map(|r| document_text(r)).collect();
             let mut fresh = DenseIndex::new(&embedder);
-            fresh.add_records(&missing.iter().map(|r| (*r).clone()).collect::<Vec<_>>(), batch_size)?;
+            fresh.add_texts(&texts.iter().map(String::as_str).collect::<Vec<_>>(), batch_size)?;
             let computed: Vec<(String, Vec<f32>)> =
                 missing.iter().enumerate().map(|(i, r)| (r.id.clone(), fresh.vector(i).expect("one vector per record").to_vec())).collect();
             store.put_embeddings(&key, &computed)?;
@@ -475,21 +476,23 @@ mod tests {
         assert_eq!(index.vector(1).unwrap()[0], 1.0);
     }
 
+    /// The hashing embedder, counting the texts it embeds.
+    struct Counting(HashingEmbedder, Mutex<usize>);
+    impl Embedder for Counting {
+        fn model_id(&self) -> &str {
+            self.0.model_id()
+        }
+        fn dim(&self) -> usize {
+            self.0.dim()
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+            *self.1.lock().unwrap() += texts.len();
+            self.0.embed(texts)
+        }
+    }
+
     #[test]
     fn an_index_from_the_store_embeds_each_record_once_across_runs() {
-        struct Counting(HashingEmbedder, Mutex<usize>);
-        impl Embedder for Counting {
-            fn model_id(&self) -> &str {
-                self.0.model_id()
-            }
-            fn dim(&self) -> usize {
-                self.0.dim()
-            }
-            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-                *self.1.lock().unwrap() += texts.len();
-                self.0.embed(texts)
-            }
-        }
         let record = |id: &str, content: &str| MemoryRecord {
             id: id.into(),
             content: content.into(),
@@ -519,19 +522,6 @@ mod tests {
 
     #[test]
     fn cached_embedder_embeds_each_text_once_and_returns_the_same_vectors() {
-        struct Counting(HashingEmbedder, Mutex<usize>);
-        impl Embedder for Counting {
-            fn model_id(&self) -> &str {
-                self.0.model_id()
-            }
-            fn dim(&self) -> usize {
-                self.0.dim()
-            }
-            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-                *self.1.lock().unwrap() += texts.len();
-                self.0.embed(texts)
-            }
-        }
         let plain = HashingEmbedder::default();
         let cached = CachedEmbedder::new(Counting(HashingEmbedder::default(), Mutex::new(0)));
         let first = cached.embed(&["a red fox", "a blue lake", "a red fox"]).unwrap();
