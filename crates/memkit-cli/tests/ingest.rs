@@ -15,7 +15,8 @@ fn query_runs_the_dense_route_when_the_embedder_is_installed() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("memory.sqlite");
     let locomo = memkit_data::shared_data_dir().join("locomo/locomo10.json");
-    let out = memkit(&["ingest", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1", "--input", locomo.to_str().unwrap()], &db);
+    let out =
+        memkit(&["ingest", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1", "--input", locomo.to_str().unwrap()], &db);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let question = "When did Caroline go to the LGBTQ support group?";

@@ -612,8 +612,8 @@ fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut Sys
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
     let mut outside = 0usize;
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let record: MemoryRecord = serde_json::from_str(line)
-            .map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
+        let record: MemoryRecord =
+            serde_json::from_str(line).map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
         outside += usize::from(!dialogues.iter().any(|d| record.pointer.belongs_to(d)));
     }
     if outside > 0 {

@@ -57,11 +57,8 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         (false, _) => Box::new(HashingEmbedder::default()),
     };
     if let (Some(all), Some(path)) = (&given, &args.records) {
-        let outside: Vec<&str> = all
-            .iter()
-            .filter(|r| !dialogues.iter().any(|d| r.pointer.belongs_to(&d.id)))
-            .map(|r| r.pointer.window_id.as_str())
-            .collect();
+        let outside: Vec<&str> =
+            all.iter().filter(|r| !dialogues.iter().any(|d| r.pointer.belongs_to(&d.id))).map(|r| r.pointer.window_id.as_str()).collect();
         if !outside.is_empty() {
             tracing::warn!(
                 records = outside.len(),
