@@ -90,6 +90,15 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
         .filter(|e| e["status"] == "ok" && e["complete"] == true)
         .count();
     assert_eq!(train.lines().count() + valid.lines().count(), examples);
+    // Rendered with the student's short prompt, whose template travels with the data.
+    let template = memkit_prompt::PromptName::Student.embedded_source();
+    assert_eq!(std::fs::read_to_string(out.join(memkit_prompt::TRAINED_PROMPT_FILE)).unwrap(), template);
+    let system = memkit_prompt::Prompts::embedded().unwrap().with_trained_prompt(template).unwrap();
+    let system = system.extract_system(&memkit_prompt::ExtractOptions::default()).unwrap();
+    for line in train.lines().chain(valid.lines()) {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["messages"][0]["content"], system.as_str());
+    }
     let entries: Vec<serde_json::Value> = common::ledger_lines(&ledger).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(entries.iter().all(|e| e["mode"] == "decomposed"), "a local teacher labels in decomposed mode by default");
     assert!(out.join("stats.md").is_file());

@@ -8,7 +8,9 @@
 //! - [`OpenAiExtractor`]: any OpenAI-compatible endpoint, with `response_format` `json_schema`;
 //! - [`LocalExtractor`] (feature `llama`): a GGUF model in-process, its chat template from the
 //!   GGUF, the system message computed once per batch (prefix reuse) and decoding constrained
-//!   by the schema.
+//!   by the schema. A trained student's GGUF carries the prompt it learnt
+//!   (`memkit.extract_prompt`, see [`memkit_prompt::GGUF_PROMPT_KEY`]), and the extractor
+//!   renders that instead of `extract.j2`.
 
 use std::time::Instant;
 
@@ -182,20 +184,38 @@ pub struct OpenAiExtractor {
     prompts: Prompts,
     config: ExtractConfig,
     schema: serde_json::Value,
+    /// The extraction prompt the served model carries.
+    trained: Option<String>,
 }
 
 impl OpenAiExtractor {
-    /// An extractor with the embedded prompts.
+    /// An extractor with the embedded prompts. It asks the server's model list once: when the
+    /// model comes with an extraction prompt (a trained student behind `memkit serve`), it
+    /// asks with that prompt.
     pub fn new(client: OpenAiClient, config: ExtractConfig) -> Result<Self> {
         let id = format!("openai:{}@{}", client.config().model, client.config().base_url);
-        Ok(Self { id, client, prompts: Prompts::embedded()?, schema: config.json_schema(), config })
+        let trained = client.served_extract_prompt();
+        let mut prompts = Prompts::embedded()?;
+        if let Some(source) = &trained {
+            prompts = prompts.with_trained_prompt(source)?;
+            tracing::info!(%id, "asking with the extraction prompt the served model carries");
+        }
+        Ok(Self { id, client, prompts, schema: config.json_schema(), config, trained })
     }
 
-    /// Uses these prompts instead of the embedded ones.
-    #[must_use]
-    pub fn with_prompts(mut self, prompts: Prompts) -> Self {
-        self.prompts = prompts;
-        self
+    /// The extraction prompt template the served model carries, if any.
+    pub fn trained_prompt(&self) -> Option<&str> {
+        self.trained.as_deref()
+    }
+
+    /// Uses these prompts instead of the embedded ones (a prompt the model carries still
+    /// replaces their extraction prompt).
+    pub fn with_prompts(mut self, prompts: Prompts) -> Result<Self> {
+        self.prompts = match &self.trained {
+            Some(source) => prompts.with_trained_prompt(source)?,
+            None => prompts,
+        };
+        Ok(self)
     }
 
     /// The request for one window (also what an OpenAI batch-API file holds per line).
@@ -244,7 +264,7 @@ mod local {
     use std::sync::{Mutex, PoisonError};
 
     use memkit_data::Window;
-    use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, Prompts};
+    use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, GGUF_PROMPT_KEY, Prompts};
 
     use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages};
     use crate::chat::{ChatModel, ChatRequest, Reply};
@@ -359,13 +379,7 @@ mod local {
         /// shared system prompt, `n_ctx` cells (default: 2048 + `batch` × (4096 + `max_tokens`),
         /// room for a long prompt and the reply in each); `threads` defaults to the cores.
         pub fn load(gguf: &std::path::Path, batch: usize, threads: Option<usize>, n_ctx: Option<u32>, max_tokens: usize) -> Result<Self> {
-            let batch = batch.max(1) as u32;
-            let mut options = crate::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
-            options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + max_tokens as u32));
-            if let Some(threads) = threads {
-                options.n_threads = threads;
-            }
-            Self::new(LlamaEngine::load(gguf, options)?)
+            Self::new(load_engine(gguf, batch, threads, n_ctx, max_tokens)?)
         }
 
         /// `gguf:<file name>`.
@@ -421,6 +435,23 @@ mod local {
         }
     }
 
+    /// A GGUF engine sized for `batch` chats at once (see [`LocalChat::load`]).
+    fn load_engine(
+        gguf: &std::path::Path,
+        batch: usize,
+        threads: Option<usize>,
+        n_ctx: Option<u32>,
+        max_tokens: usize,
+    ) -> Result<LlamaEngine> {
+        let batch = batch.max(1) as u32;
+        let mut options = crate::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
+        options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + max_tokens as u32));
+        if let Some(threads) = threads {
+            options.n_threads = threads;
+        }
+        Ok(LlamaEngine::load(gguf, options)?)
+    }
+
     /// An extractor over a GGUF model in-process ([`LocalChat`]): windows of one call are
     /// decoded in batches after the shared system prompt, greedily, constrained by the schema.
     #[derive(Debug)]
@@ -429,16 +460,26 @@ mod local {
         prompts: Prompts,
         config: ExtractConfig,
         schema: serde_json::Value,
+        /// The extraction prompt the GGUF carries.
+        trained: Option<String>,
     }
 
     impl LocalExtractor {
-        /// An extractor with the embedded prompts and the GGUF's chat template.
+        /// An extractor with the embedded prompts and the GGUF's chat template; the extraction
+        /// prompt is the one the GGUF carries, if it carries one.
         pub fn new(engine: LlamaEngine, config: ExtractConfig) -> Result<Self> {
-            Self::from_chat(LocalChat::new(engine)?, config)
+            let trained = engine.meta_str(GGUF_PROMPT_KEY);
+            let mut prompts = Prompts::embedded()?;
+            if let Some(source) = &trained {
+                prompts = prompts.with_trained_prompt(source)?;
+                tracing::info!(model = %engine.model_meta()?.path.display(), "asking with the extraction prompt the model carries");
+            }
+            Ok(Self { chat: LocalChat::new(engine)?, prompts, schema: config.json_schema(), config, trained })
         }
 
-        fn from_chat(chat: LocalChat, config: ExtractConfig) -> Result<Self> {
-            Ok(Self { chat, prompts: Prompts::embedded()?, schema: config.json_schema(), config })
+        /// The extraction prompt template the model carries ([`GGUF_PROMPT_KEY`]), if any.
+        pub fn trained_prompt(&self) -> Option<&str> {
+            self.trained.as_deref()
         }
 
         /// Loads a GGUF sized for `batch` windows at once (see [`LocalChat::load`]).
@@ -449,14 +490,17 @@ mod local {
             n_ctx: Option<u32>,
             config: ExtractConfig,
         ) -> Result<Self> {
-            Self::from_chat(LocalChat::load(gguf, batch, threads, n_ctx, config.max_tokens)?, config)
+            Self::new(load_engine(gguf, batch, threads, n_ctx, config.max_tokens)?, config)
         }
 
-        /// Uses these prompts instead of the embedded ones.
-        #[must_use]
-        pub fn with_prompts(mut self, prompts: Prompts) -> Self {
-            self.prompts = prompts;
-            self
+        /// Uses these prompts instead of the embedded ones (a prompt the model carries still
+        /// replaces their extraction prompt).
+        pub fn with_prompts(mut self, prompts: Prompts) -> Result<Self> {
+            self.prompts = match &self.trained {
+                Some(source) => prompts.with_trained_prompt(source)?,
+                None => prompts,
+            };
+            Ok(self)
         }
 
         /// Replies to already rendered extraction chats (system and user messages, e.g. the

@@ -257,6 +257,26 @@ impl OpenAiClient {
         &self.config
     }
 
+    /// The extraction prompt template the server announces for the configured model
+    /// (`GET /models`, the model's `memkit.extract_prompt`: what `memkit serve` of a trained
+    /// student says), or `None`: no such field, no such model, or no answer (one attempt; an
+    /// endpoint without `/models` is not an error).
+    pub fn served_extract_prompt(&self) -> Option<String> {
+        let url = format!("{}/models", self.config.base_url.trim_end_matches('/'));
+        let mut call = self.agent.get(&url);
+        if let Some(key) = &self.api_key {
+            call = call.header("Authorization", &format!("Bearer {key}"));
+        }
+        let mut response = call.call().inspect_err(|e| debug!(%url, error = %e, "no model list")).ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let list: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+        let models = list["data"].as_array()?;
+        let model = models.iter().find(|m| m["id"] == self.config.model.as_str())?;
+        model["memkit"]["extract_prompt"].as_str().map(str::to_owned)
+    }
+
     /// Sends `request` (its `model` is replaced by the configured one when empty) and returns
     /// the parsed response, retrying transient failures.
     pub fn chat(&self, request: &ChatCompletionRequest) -> Result<ChatCompletionResponse> {

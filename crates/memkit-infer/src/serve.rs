@@ -10,7 +10,10 @@
 //!   `response_format` (`json_schema` → constrained decoding; `json_object` → any JSON
 //!   object). The answer is `choices[0].message.content` with `finish_reason` (`stop` or
 //!   `length`) and `usage`. Errors come back as `{"error": {"message", "type"}}`.
-//! - `GET /v1/models`: the one model.
+//! - `GET /v1/models`: the one model. A trained student's GGUF carries the extraction prompt it
+//!   learnt (`memkit.extract_prompt`); the model object then has it as
+//!   `"memkit": {"extract_prompt": ...}`, and memkit's
+//!   [`OpenAiExtractor`](crate::OpenAiExtractor) asks with it.
 //! - `GET /health`: `{"status": "ok"}`.
 //!
 //! Requests take turns on the engine (one context decodes one batch at a time): each runs on
@@ -73,6 +76,8 @@ struct AppState {
     engine: Mutex<LlamaEngine>,
     chat: GgufChat,
     model_id: String,
+    /// The extraction prompt the GGUF carries.
+    extract_prompt: Option<String>,
     limits: Limits,
     in_flight: AtomicUsize,
     served: AtomicUsize,
@@ -148,10 +153,12 @@ impl Server {
         let addr = listener.local_addr().map_err(serve_err)?;
         // tokio's listener must be non-blocking.
         listener.set_nonblocking(true).map_err(serve_err)?;
+        let extract_prompt = engine.meta_str(memkit_prompt::GGUF_PROMPT_KEY);
         let state = Arc::new(AppState {
             engine: Mutex::new(engine),
             chat,
             model_id: model_id.into(),
+            extract_prompt,
             limits,
             in_flight: AtomicUsize::new(0),
             served: AtomicUsize::new(0),
@@ -275,7 +282,11 @@ impl From<Error> for ApiError {
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(json!({"object": "list", "data": [{"id": state.model_id, "object": "model", "created": 0, "owned_by": "memkit"}]}))
+    let mut model = json!({"id": state.model_id, "object": "model", "created": 0, "owned_by": "memkit"});
+    if let Some(prompt) = &state.extract_prompt {
+        model["memkit"] = json!({ "extract_prompt": prompt });
+    }
+    Json(json!({"object": "list", "data": [model]}))
 }
 
 async fn chat_completions(

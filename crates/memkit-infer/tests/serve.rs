@@ -210,6 +210,45 @@ fn served_and_local_extractors_agree() {
     }
 }
 
+/// Prompt distillation over HTTP: a served GGUF that carries an extraction prompt announces it
+/// in `/v1/models`, and the HTTP extractor asks with it, as the in-process one does; the plain
+/// model announces nothing.
+#[test]
+fn a_served_student_announces_the_prompt_it_carries() {
+    use memkit_infer::convert::{ConvertOptions, OutType, gguf_to_hf, hf_to_gguf};
+    use memkit_prompt::{PromptName, Prompts, TRAINED_PROMPT_FILE};
+
+    let Some(addr) = server() else { return };
+    let Some(path) = smollm2() else { return };
+    assert_eq!(OpenAiExtractor::new(client(addr), extract_config()).unwrap().trained_prompt(), None);
+
+    // SmolLM2 relabelled as a student: its weights with the student prompt beside them.
+    let dir = tempfile::tempdir().unwrap();
+    let hf = dir.path().join("hf");
+    gguf_to_hf(&path, &hf).unwrap();
+    let template = PromptName::Student.embedded_source();
+    std::fs::write(hf.join(TRAINED_PROMPT_FILE), template).unwrap();
+    let student = dir.path().join("student.gguf");
+    hf_to_gguf(&hf, &student, &ConvertOptions { dtype: OutType::Q8_0, name: None }).unwrap();
+    let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), engine(&student), "student").unwrap();
+    let student_addr = server.local_addr();
+    std::thread::spawn(move || server.run().map_err(|e| e.to_string()));
+
+    let mut config = OpenAiConfig::new(format!("http://{student_addr}/v1"), "student");
+    config.max_retries = 0;
+    let remote = OpenAiExtractor::new(OpenAiClient::new(config), extract_config()).unwrap();
+    assert_eq!(remote.trained_prompt(), Some(template));
+    let local = LocalExtractor::new(engine(&student), extract_config()).unwrap();
+    assert_eq!(local.trained_prompt(), Some(template));
+    let window = &tiny_windows()[0];
+    let expected = Prompts::embedded().unwrap().render_window(PromptName::Student, window, &extract_config().prompt_options()).unwrap();
+    let request = remote.request(window).unwrap();
+    assert_eq!(
+        (request.messages[0].content.as_str(), request.messages[1].content.as_str()),
+        (expected.system.as_str(), expected.user.as_str())
+    );
+}
+
 #[test]
 fn closed_port_fails_clearly_after_the_retry_budget() {
     // A port that was free a moment ago: nothing listens there now.

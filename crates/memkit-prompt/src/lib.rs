@@ -6,7 +6,9 @@
 //!
 //! - [`Prompts`]: the templates of `prompts/*.j2` (embedded at build time, overridable from a
 //!   folder), one render function per prompt, each returning a system and a user message
-//!   ([`ChatMessages`]): [`Prompts::render_extract`], [`render_query`](Prompts::render_query),
+//!   ([`ChatMessages`]): [`Prompts::render_extract`] (and
+//!   [`render_window`](Prompts::render_window) for the student's short prompt),
+//!   [`render_query`](Prompts::render_query),
 //!   [`render_boundary`](Prompts::render_boundary), [`render_update`](Prompts::render_update),
 //!   [`render_answer`](Prompts::render_answer), [`render_judge`](Prompts::render_judge). The
 //!   replies they ask for parse into memkit-schema's `ExtractorOutput` / `ParsedQuery` or into
@@ -74,4 +76,4 @@ pub use chat::{ChatMessage, ChatMessages, ChatRole};
 pub use chat_template::{ChatTemplate, render_for_training};
 pub use error::{Error, Result};
 pub use outputs::{JudgeLabel, JudgeVerdict, SegmentRecord, Segmentation, UpdateAction, UpdateVerdict};
-pub use prompts::{AnswerMemory, ExtractOptions, PromptName, Prompts};
+pub use prompts::{AnswerMemory, ExtractOptions, GGUF_PROMPT_KEY, PromptName, Prompts, TRAINED_PROMPT_FILE};

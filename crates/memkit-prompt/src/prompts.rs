@@ -12,12 +12,23 @@ use serde::{Deserialize, Serialize};
 use crate::chat_template::hf_environment;
 use crate::{ChatMessages, Error, Result};
 
+/// The file beside a training dataset (`train.jsonl`) and a trained checkpoint (`config.json`)
+/// that holds the extraction template its examples were rendered with.
+pub const TRAINED_PROMPT_FILE: &str = "extract_prompt.j2";
+
+/// The GGUF metadata key that carries [`TRAINED_PROMPT_FILE`]'s text.
+pub const GGUF_PROMPT_KEY: &str = "memkit.extract_prompt";
+
 /// The prompts memkit renders; each is one file `prompts/<name>.j2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PromptName {
-    /// Window → memory records (`extract.j2`).
+    /// Window → memory records (`extract.j2`): the long instructions a base model or a
+    /// window-mode teacher is asked with.
     Extract,
+    /// Window → memory records, in one short instruction (`student.j2`): what a fine-tuned
+    /// student learns and is asked with (prompt distillation).
+    Student,
     /// Window and a small group of its messages → their records: the decomposed teacher's job
     /// (`teach.j2`).
     Teach,
@@ -37,8 +48,9 @@ pub enum PromptName {
 
 impl PromptName {
     /// All prompts, in a fixed order.
-    pub const ALL: [PromptName; 8] = [
+    pub const ALL: [PromptName; 9] = [
         PromptName::Extract,
+        PromptName::Student,
         PromptName::Teach,
         PromptName::Repair,
         PromptName::Query,
@@ -52,6 +64,7 @@ impl PromptName {
     pub fn file_name(self) -> &'static str {
         match self {
             PromptName::Extract => "extract.j2",
+            PromptName::Student => "student.j2",
             PromptName::Teach => "teach.j2",
             PromptName::Repair => "repair.j2",
             PromptName::Query => "query.j2",
@@ -66,6 +79,7 @@ impl PromptName {
     pub fn embedded_source(self) -> &'static str {
         match self {
             PromptName::Extract => include_str!("../../../prompts/extract.j2"),
+            PromptName::Student => include_str!("../../../prompts/student.j2"),
             PromptName::Teach => include_str!("../../../prompts/teach.j2"),
             PromptName::Repair => include_str!("../../../prompts/repair.j2"),
             PromptName::Query => include_str!("../../../prompts/query.j2"),
@@ -188,7 +202,16 @@ impl Prompts {
         Self::with_sources(sources)
     }
 
-    fn with_sources(sources: [(PromptName, String); 8]) -> Result<Self> {
+    /// These prompts, with the extraction prompt replaced by the template a trained extractor
+    /// carries ([`TRAINED_PROMPT_FILE`] beside its checkpoint, [`GGUF_PROMPT_KEY`] in its
+    /// GGUF): [`render_extract`](Self::render_extract) then renders what the model learnt.
+    pub fn with_trained_prompt(self, source: &str) -> Result<Self> {
+        let mut sources: [(PromptName, String); 9] = self.sources.try_into().expect("one source per prompt");
+        sources.iter_mut().find(|(name, _)| *name == PromptName::Extract).expect("extract is a prompt").1 = source.to_owned();
+        Self::with_sources(sources)
+    }
+
+    fn with_sources(sources: [(PromptName, String); 9]) -> Result<Self> {
         let mut env = hf_environment();
         // A misspelt variable in a prompt must fail, not render as nothing.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
@@ -218,8 +241,23 @@ impl Prompts {
     /// The extraction prompt for a window: instructions, then the window lines
     /// ([`Window::render`]) with the context-only messages named.
     pub fn render_extract(&self, window: &Window, options: &ExtractOptions) -> Result<ChatMessages> {
+        self.render_window(PromptName::Extract, window, options)
+    }
+
+    /// The system message of the extraction prompt (it does not depend on the window): what
+    /// a tool that renders the user message itself, such as an Ollama `Modelfile`'s `SYSTEM`,
+    /// needs.
+    pub fn extract_system(&self, options: &ExtractOptions) -> Result<String> {
+        let empty =
+            Window { id: String::new(), dialogue_id: String::new(), index: 0, context: 0, max_message_chars: 0, messages: Vec::new() };
+        Ok(self.render_extract(&empty, options)?.system)
+    }
+
+    /// A window prompt ([`PromptName::Extract`] or [`PromptName::Student`]; the others take
+    /// other variables and fail to render).
+    pub fn render_window(&self, name: PromptName, window: &Window, options: &ExtractOptions) -> Result<ChatMessages> {
         self.render(
-            PromptName::Extract,
+            name,
             context! {
                 lines => window.render(),
                 message_count => window.messages.len(),

@@ -97,6 +97,12 @@ fn snapshot_extract_window_with_context() {
 }
 
 #[test]
+fn snapshot_student_system() {
+    let p = prompts().render_window(PromptName::Student, &fixture_windows()[1], &ExtractOptions::default()).unwrap();
+    insta::assert_snapshot!(p.system);
+}
+
+#[test]
 fn snapshot_teach_one_and_two_messages() {
     let w = &fixture_windows()[1];
     let one = prompts().render_teach(w, &[3], 3, &ExtractOptions::default()).unwrap();
@@ -282,4 +288,35 @@ fn an_undefined_variable_in_a_prompt_is_an_error_naming_the_file() {
     std::fs::write(dir.path().join("query.j2"), "{% block system %}x{% endblock %}{% block user %}{{ questoin }}{% endblock %}").unwrap();
     let err = Prompts::from_dir(dir.path()).unwrap().render_query("q", None).unwrap_err().to_string();
     assert!(err.contains("query.j2"), "{err}");
+}
+
+#[test]
+fn the_student_prompt_is_short_fixed_and_names_the_suffix() {
+    let ws = fixture_windows();
+    let p = prompts();
+    let small = ExtractOptions { max_memories: 3, max_keywords: 2 };
+    let student = p.render_window(PromptName::Student, &ws[1], &ExtractOptions::default()).unwrap();
+    // One fixed system text: the caps are not in it, and no window is.
+    assert_eq!(student.system, p.render_window(PromptName::Student, &ws[0], &small).unwrap().system);
+    // The user message is extract.j2's: the same rule for context messages and the same lines.
+    assert_eq!(student.user, p.render_extract(&ws[1], &ExtractOptions::default()).unwrap().user);
+    // A fraction of the long instructions (counted in characters; tokens scale alike).
+    let long = p.render_extract(&ws[1], &ExtractOptions::default()).unwrap().system;
+    assert!(student.system.len() * 4 < long.len(), "{} vs {} characters", student.system.len(), long.len());
+    // Only window prompts render windows.
+    assert!(p.render_window(PromptName::Judge, &ws[0], &small).is_err());
+}
+
+#[test]
+fn a_trained_prompt_replaces_the_extraction_prompt() {
+    let ws = fixture_windows();
+    let options = ExtractOptions::default();
+    let trained = prompts().with_trained_prompt(PromptName::Student.embedded_source()).unwrap();
+    assert_eq!(trained.render_extract(&ws[1], &options).unwrap(), prompts().render_window(PromptName::Student, &ws[1], &options).unwrap());
+    assert_eq!(trained.source(PromptName::Extract), PromptName::Student.embedded_source());
+    // The system message alone, as an Ollama Modelfile states it.
+    assert_eq!(trained.extract_system(&options).unwrap(), trained.render_extract(&ws[0], &options).unwrap().system);
+    // A broken template is an error when it is loaded, not when a window is asked.
+    let err = prompts().with_trained_prompt("{% block system %}{% if %}{% endblock %}").unwrap_err().to_string();
+    assert!(err.contains("extract.j2"), "{err}");
 }

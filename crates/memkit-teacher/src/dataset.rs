@@ -1,6 +1,8 @@
 //! The SFT dataset of a run: `train.jsonl` / `valid.jsonl` rows of `messages` (system, user,
 //! assistant = the compact JSON of the validated records), split by dialogue so no dialogue is
-//! in both, written from the ledger (the source of truth) after every run. Only windows whose
+//! in both, written from the ledger (the source of truth) after every run, with the template the
+//! prompts were rendered from beside them (`extract_prompt.j2`; training copies it into the
+//! checkpoint). Only windows whose
 //! replies were whole and whose target is complete become examples: the student never learns to
 //! leave out what the teacher found.
 
@@ -8,14 +10,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use memkit_data::{Split, SplitRatios, assign_split};
-use memkit_prompt::{ChatMessage, Prompts};
+use memkit_prompt::{ChatMessage, Prompts, TRAINED_PROMPT_FILE};
 use memkit_schema::ExtractorOutput;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Corpus, SourceKind};
 use crate::ledger::{self, Entry, Status};
 use crate::recipe::DistillRecipe;
-use crate::run::{ledger_path, messages};
+use crate::run::ledger_path;
 use crate::validate::Validated;
 use crate::{Result, write_atomic};
 
@@ -26,8 +28,8 @@ pub struct Example {
     pub window_id: String,
     /// Where it comes from.
     pub source: SourceKind,
-    /// System, user and assistant messages: exactly what the extractor prompt renders, and
-    /// the teacher's validated records as compact JSON.
+    /// System, user and assistant messages: exactly what the recipe's prompt (`output.prompt`)
+    /// renders, and the teacher's validated records as compact JSON.
     pub messages: Vec<ChatMessage>,
 }
 
@@ -44,6 +46,8 @@ pub struct Dataset {
     pub stale: usize,
     /// Finished windows left out because a record the teacher found was dropped.
     pub incomplete: usize,
+    /// The template source the examples' prompts were rendered from.
+    pub prompt: String,
 }
 
 /// Builds the dataset from the ledger in `recipe`'s output folder.
@@ -52,7 +56,8 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     let mut done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
     let prompts = Prompts::embedded()?;
     let ratios = SplitRatios { train: 1.0 - recipe.output.valid_share, valid: recipe.output.valid_share, test: 0.0 };
-    let mut dataset = Dataset::default();
+    let mut dataset = Dataset { prompt: prompts.source(recipe.output.prompt).to_owned(), ..Dataset::default() };
+    let options = recipe.generation.extract_config().prompt_options();
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
         // Checks added after a window was labelled apply to it too (they are idempotent).
@@ -64,7 +69,7 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
             dataset.incomplete += 1;
         }
         if entry.status == Status::Ok && entry.complete {
-            let mut chat = messages(&prompts, &w.window, &recipe.generation)?;
+            let mut chat = prompts.render_window(recipe.output.prompt, &w.window, &options)?.to_messages();
             let reply = ExtractorOutput { memories: entry.records.clone() };
             chat.push(ChatMessage::assistant(serde_json::to_string(&reply).expect("plain data")));
             let example = Example { window_id: w.window.id.clone(), source: w.source, messages: chat };
@@ -79,8 +84,10 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     Ok(dataset)
 }
 
-/// Writes `train.jsonl` and `valid.jsonl` into `out_dir` atomically.
+/// Writes `train.jsonl`, `valid.jsonl` and the prompt template ([`TRAINED_PROMPT_FILE`]) into
+/// `out_dir` atomically.
 pub fn write_jsonl(dataset: &Dataset, out_dir: &Path) -> Result<()> {
+    write_atomic(&out_dir.join(TRAINED_PROMPT_FILE), dataset.prompt.as_bytes())?;
     for (name, rows) in [("train.jsonl", &dataset.train), ("valid.jsonl", &dataset.valid)] {
         let mut text = String::new();
         for row in rows {

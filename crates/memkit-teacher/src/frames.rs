@@ -136,6 +136,7 @@ mod tests {
             ],
             stale: 0,
             incomplete: 0,
+            prompt: String::new(),
         }
     }
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use memkit_data::{SplitRatios, WindowConfig};
 use memkit_infer::ExtractConfig;
 use memkit_infer::ground::GroundingConfig;
+use memkit_prompt::PromptName;
 use memkit_schema::ExtractorSchemaOptions;
 use serde::{Deserialize, Serialize};
 
@@ -263,11 +264,16 @@ pub struct OutputSpec {
     pub valid_share: f64,
     /// Seed of the split.
     pub split_seed: u64,
+    /// The prompt the examples are rendered with: `"student"` (`prompts/student.j2`, one short
+    /// instruction: prompt distillation, the default) or `"extract"` (the long instructions of
+    /// `prompts/extract.j2`). The labels do not depend on it: `memkit distill --write-only`
+    /// renders the dataset again with another.
+    pub prompt: PromptName,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self { valid_share: 0.1, split_seed: 42 }
+        Self { valid_share: 0.1, split_seed: 42, prompt: PromptName::Student }
     }
 }
 
@@ -354,6 +360,10 @@ impl DistillRecipe {
         }
         if !(0.0..1.0).contains(&self.output.valid_share) {
             return bad(format!("output.valid_share = {} must be in [0, 1)", self.output.valid_share));
+        }
+        if !matches!(self.output.prompt, PromptName::Student | PromptName::Extract) {
+            let name = self.output.prompt.file_name().trim_end_matches(".j2");
+            return bad(format!("output.prompt = \"{name}\" is not a window prompt: use \"student\" or \"extract\""));
         }
         match &self.teacher {
             TeacherSpec::Local { batch: 0, .. } => bad("teacher.batch must be at least 1".into()),

@@ -6,11 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use memkit_data::Window;
 use memkit_infer::chat::ChatRequest;
 use memkit_infer::extract::Usage;
 use memkit_infer::ground::Grounder;
-use memkit_prompt::{ChatMessage, Prompts};
+use memkit_prompt::Prompts;
 
 use crate::cache::{self, Cache};
 use crate::corpus::{self, Corpus, CorpusWindow};
@@ -84,12 +83,6 @@ struct Params<'a> {
     temperature: f32,
     avoid_repeats: bool,
     schema: Option<&'a serde_json::Value>,
-}
-
-/// The extraction messages of a window as the student sees them: system and user of
-/// `extract.j2` (the SFT prompt, and the window-mode teacher's request).
-pub fn messages(prompts: &Prompts, window: &Window, generation: &GenerationSpec) -> Result<Vec<ChatMessage>> {
-    Ok(prompts.render_extract(window, &generation.extract_config().prompt_options())?.to_messages())
 }
 
 /// The cache key of a request: the model, the messages, the caps, the schema and the decoding.

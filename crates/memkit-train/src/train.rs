@@ -13,8 +13,9 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
+use memkit_prompt::TRAINED_PROMPT_FILE;
 use serde::Serialize;
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
 use crate::checkpoint::{CheckpointData, TrainState, export_hf, list_checkpoints, read_state, weights_file, write_checkpoint};
 use crate::data::{
@@ -345,6 +346,17 @@ pub fn train(
         let path = recipe.data.dir.join(name);
         tokenizer.tokenize_all(&read_examples(&path)?, recipe.data.max_seq_len)
     };
+    // The template the examples were rendered from travels into the exported checkpoint, so that
+    // inference asks the student exactly as it was trained.
+    let prompt_path = recipe.data.dir.join(TRAINED_PROMPT_FILE);
+    let prompt = match std::fs::read_to_string(&prompt_path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            warn!(path = %prompt_path.display(), "the data has no prompt template: the model will be asked with prompts/extract.j2");
+            None
+        }
+        Err(e) => return Err(Error::io(&prompt_path, e)),
+    };
     let (train_set, train_stats) = load("train.jsonl")?;
     let (valid_set, valid_stats) = load("valid.jsonl")?;
     if train_set.is_empty() {
@@ -490,7 +502,10 @@ pub fn train(
             last_eval = Some(eval(&model, state.step, &mut log)?);
         }
         export_hf(&run_dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
-        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref()))?;
+        if let Some(prompt) = &prompt {
+            write_atomic(&run_dir.join(TRAINED_PROMPT_FILE), prompt)?;
+        }
+        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref(), prompt.is_some()))?;
         log.line(&format!("exported the model to {}", run_dir.display()))?;
     }
     let summary = TrainSummary {
@@ -506,7 +521,7 @@ pub fn train(
 }
 
 /// A short model card: base, method, data and the last evaluation.
-fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>) -> String {
+fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, carries_prompt: bool) -> String {
     let base = match &recipe.model {
         ModelSource::Hf { path } | ModelSource::Gguf { path } => path.display().to_string(),
         ModelSource::Package { name } => format!("the `{name}` package"),
@@ -520,9 +535,15 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>) -> 
         || "no validation data".to_owned(),
         |e| format!("validation loss {:.4}, token accuracy {:.4} ({} assistant tokens)", e.loss, e.accuracy, e.target_tokens),
     );
+    let prompt = if carries_prompt {
+        format!("It was trained on the prompt template in `{TRAINED_PROMPT_FILE}`, and memkit asks it with that template.")
+    } else {
+        "Its data named no prompt template: memkit asks it with `prompts/extract.j2`.".to_owned()
+    };
     format!(
         "# memkit student model\n\nFine-tuned by `memkit train` from {base} with {method} for {} steps on {} examples \
-         ({} assistant tokens) from `{}`.\n\nResult: {eval}.\n\nThe recipe is in `recipe.toml`; per-step metrics in `metrics.jsonl`.\n",
+         ({} assistant tokens) from `{}`. {prompt}\n\nResult: {eval}.\n\nThe recipe is in `recipe.toml`; per-step metrics in \
+         `metrics.jsonl`.\n",
         plan.total_steps,
         plan.train.examples,
         plan.train.target_tokens,

@@ -173,3 +173,39 @@ fn smollm2_trains_a_few_steps() {
     }
     assert!(summary.last_loss.is_some_and(f64::is_finite));
 }
+
+/// Prompt distillation's round trip: the template a dataset was rendered with
+/// (`extract_prompt.j2` beside `train.jsonl`) goes into the exported checkpoint, from there into
+/// the GGUF's metadata and back out of it, and the extractor loaded from that GGUF asks with it.
+#[test]
+fn the_data_prompt_travels_to_the_checkpoint_the_gguf_and_the_extractor() {
+    use memkit_infer::convert::{ConvertOptions, OutType, gguf_to_hf, hf_to_gguf};
+    use memkit_infer::extract::LocalExtractor;
+    use memkit_infer::generate::EngineOptions;
+    use memkit_infer::{ExtractConfig, LlamaEngine};
+    use memkit_prompt::{PromptName, TRAINED_PROMPT_FILE};
+
+    let data = tempfile::tempdir().unwrap();
+    for file in ["train.jsonl", "valid.jsonl"] {
+        std::fs::copy(common::fixtures().join(file), data.path().join(file)).unwrap();
+    }
+    let template = PromptName::Student.embedded_source();
+    std::fs::write(data.path().join(TRAINED_PROMPT_FILE), template).unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let mut recipe = smoke_recipe(run.path());
+    recipe.data.dir = data.path().to_path_buf();
+    recipe.run.max_steps = Some(1);
+    assert!(train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap().finished);
+    assert_eq!(std::fs::read_to_string(run.path().join(TRAINED_PROMPT_FILE)).unwrap(), template);
+    assert!(std::fs::read_to_string(run.path().join("README.md")).unwrap().contains(TRAINED_PROMPT_FILE));
+
+    let gguf = run.path().join("model.gguf");
+    hf_to_gguf(run.path(), &gguf, &ConvertOptions { dtype: OutType::F32, name: None }).unwrap();
+    let back = tempfile::tempdir().unwrap();
+    gguf_to_hf(&gguf, back.path()).unwrap();
+    assert_eq!(std::fs::read_to_string(back.path().join(TRAINED_PROMPT_FILE)).unwrap(), template);
+
+    let options = EngineOptions { n_ctx: 512, n_threads: 1, ..EngineOptions::default() };
+    let extractor = LocalExtractor::new(LlamaEngine::load(&gguf, options).unwrap(), ExtractConfig::default()).unwrap();
+    assert_eq!(extractor.trained_prompt(), Some(template));
+}

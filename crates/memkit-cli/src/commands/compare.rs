@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
-use memkit_infer::convert::{self, ConvertOptions, OutType};
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::parse_extractor_output;
 use serde::Deserialize;
@@ -85,7 +84,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     rows.truncate(args.limit.unwrap_or(usize::MAX));
     anyhow::ensure!(!rows.is_empty(), "{} holds no rows", data.display());
 
-    let gguf = model_gguf(model)?;
+    let gguf = super::model_gguf(model)?;
     let extractor = args.generation.local_extractor(&gguf)?;
 
     let bar = bars.bar(rows.len() as u64, "compare");
@@ -222,19 +221,6 @@ Made by `{command}`{}.
 }
 
 /// The GGUF to load: the file, a packaged model, or an HF folder converted to f16 beside it.
-fn model_gguf(model: &str) -> anyhow::Result<PathBuf> {
-    let path = Path::new(model);
-    if path.is_dir() {
-        let out = path.join("model-f16.gguf");
-        if !out.is_file() {
-            convert::hf_to_gguf(path, &out, &ConvertOptions { dtype: OutType::F16, ..ConvertOptions::default() })
-                .with_context(|| format!("converting {} to GGUF", path.display()))?;
-        }
-        return Ok(out);
-    }
-    Ok(memkit_teacher::teacher::resolve_model(model)?)
-}
-
 #[allow(clippy::print_stdout)]
 fn print(a: &Agreement, model: &str, data: &Path) {
     println!("{model} vs the teacher on {} windows of {}", a.windows, data.display());

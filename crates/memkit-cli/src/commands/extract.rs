@@ -446,6 +446,6 @@ fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
         return Ok(Model::Extractor(Box::new(OpenAiExtractor::new(client, config)?), 1));
     }
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
-    let path = memkit_teacher::teacher::resolve_model(model)?;
+    let path = super::model_gguf(model)?;
     Ok(Model::Extractor(Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
 }

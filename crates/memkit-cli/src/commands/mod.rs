@@ -144,3 +144,23 @@ impl GenerationArgs {
             .with_context(|| format!("loading {}", gguf.display()))
     }
 }
+
+/// The GGUF of `--model`: a packaged model's name, a `.gguf` file, or a trained checkpoint folder
+/// (HF layout; converted once to `model-f16.gguf` inside it, which carries the checkpoint's
+/// extraction prompt).
+pub fn model_gguf(model: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(model);
+    if path.is_dir() {
+        let out = path.join("model-f16.gguf");
+        // Converted again when the checkpoint is newer (a finished resume, a new prompt).
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let newest_input = ["model.safetensors", memkit_prompt::TRAINED_PROMPT_FILE].iter().filter_map(|f| modified(&path.join(f))).max();
+        if modified(&out).is_none_or(|built| newest_input.is_some_and(|input| input > built)) {
+            use memkit_infer::convert::{self, ConvertOptions, OutType};
+            convert::hf_to_gguf(path, &out, &ConvertOptions { dtype: OutType::F16, ..ConvertOptions::default() })
+                .with_context(|| format!("converting {} to GGUF", path.display()))?;
+        }
+        return Ok(out);
+    }
+    Ok(memkit_teacher::teacher::resolve_model(model)?)
+}

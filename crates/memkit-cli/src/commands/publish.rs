@@ -10,7 +10,7 @@ use memkit_infer::convert::{self, ConvertOptions, OutType};
 /// Files of the HF layout a bundle must have.
 const REQUIRED: [&str; 4] = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"];
 /// Files copied when present.
-const OPTIONAL: [&str; 4] = ["generation_config.json", "recipe.toml", "metrics.jsonl", "train.log"];
+const OPTIONAL: [&str; 5] = ["generation_config.json", "recipe.toml", "metrics.jsonl", "train.log", memkit_prompt::TRAINED_PROMPT_FILE];
 
 /// Bundle a trained checkpoint for publishing: HF layout + GGUF + Ollama Modelfile + model card.
 ///
@@ -71,6 +71,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{}: no chat_template; the extractor prompt needs it",
         src.join("tokenizer_config.json").display()
     );
+    let prompt_path = src.join(memkit_prompt::TRAINED_PROMPT_FILE);
+    let trained_prompt = prompt_path
+        .is_file()
+        .then(|| std::fs::read_to_string(&prompt_path).with_context(|| format!("cannot read {}", prompt_path.display())))
+        .transpose()?;
     let compares = args.compare.iter().map(|p| read_json(p)).collect::<anyhow::Result<Vec<serde_json::Value>>>()?;
     let name =
         args.name.clone().unwrap_or_else(|| args.out.file_name().map_or("memkit-extractor".into(), |n| n.to_string_lossy().into_owned()));
@@ -90,13 +95,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let file = format!("{name}-{suffix}.gguf");
             convert::hf_to_gguf(src, args.out.join(&file), &ConvertOptions { dtype: out_type, name: Some(name.clone()) })
                 .with_context(|| format!("converting {} to GGUF", src.display()))?;
-            std::fs::write(args.out.join("Modelfile"), format!("FROM ./{file}\nPARAMETER temperature 0\n"))?;
+            std::fs::write(args.out.join("Modelfile"), modelfile(&file, trained_prompt.as_deref())?)?;
             files.push(file.clone());
             files.push("Modelfile".into());
             Some(file)
         }
     };
-    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares)?;
+    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares, trained_prompt.as_deref())?;
     std::fs::write(args.out.join("README.md"), card)?;
     files.push("README.md".into());
     #[allow(clippy::print_stdout)]
@@ -121,6 +126,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The Ollama Modelfile: the GGUF, greedy decoding, and the system message of the prompt the
+/// model was trained on (the user message is the window, as `memkit extract` renders it).
+fn modelfile(gguf: &str, trained_prompt: Option<&str>) -> anyhow::Result<String> {
+    let mut text = format!("FROM ./{gguf}\nPARAMETER temperature 0\n");
+    if let Some(source) = trained_prompt {
+        let system = memkit_prompt::Prompts::embedded()?.with_trained_prompt(source)?.extract_system(&Default::default())?;
+        anyhow::ensure!(!system.contains("\"\"\""), "the trained prompt's system message holds \"\"\", which a Modelfile cannot quote");
+        let _ = writeln!(text, "SYSTEM \"\"\"{system}\"\"\"");
+    }
+    Ok(text)
+}
+
 fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
@@ -128,7 +145,14 @@ fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
 
 /// The model card: YAML front matter for the Hub, what the model is, how it was made, how well
 /// it does, and how to run it.
-fn model_card(name: &str, src: &Path, out: &Path, gguf: Option<&str>, compares: &[serde_json::Value]) -> anyhow::Result<String> {
+fn model_card(
+    name: &str,
+    src: &Path,
+    out: &Path,
+    gguf: Option<&str>,
+    compares: &[serde_json::Value],
+    trained_prompt: Option<&str>,
+) -> anyhow::Result<String> {
     let recipe_text = std::fs::read_to_string(src.join("recipe.toml")).unwrap_or_default();
     let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
     let base =
@@ -203,12 +227,20 @@ fn model_card(name: &str, src: &Path, out: &Path, gguf: Option<&str>, compares: 
     if let Some(g) = gguf {
         let _ = writeln!(md, "llama.cpp: `llama-cli -m {g}` · Ollama: `ollama create {name} -f Modelfile`\n");
     }
+    let prompt_file = if trained_prompt.is_some() { memkit_prompt::TRAINED_PROMPT_FILE } else { "prompts/extract.j2 of memkit" };
     let _ = writeln!(
         md,
         "Transformers: `AutoModelForCausalLM.from_pretrained(\"{}\")`; the chat template is in `tokenizer_config.json`. \
-         Prompt it with memkit's extraction prompt (`prompts/extract.j2`): the model was trained on exactly that rendering.\n",
-        out.display()
+         Prompt it with the template in `{prompt_file}` (minijinja / Jinja2: a `system` and a `user` block): the model was \
+         trained on exactly that rendering. memkit does this by itself: the GGUF carries the template \
+         (`{}`).\n",
+        out.display(),
+        memkit_prompt::GGUF_PROMPT_KEY
     );
+    if let Some(source) = trained_prompt {
+        let system = memkit_prompt::Prompts::embedded()?.with_trained_prompt(source)?.extract_system(&Default::default())?;
+        let _ = writeln!(md, "### The prompt\n\nThe system message it was trained on:\n\n```text\n{system}\n```\n");
+    }
     let _ = writeln!(
         md,
         "## Reproduce\n\n```bash\nmemkit train --recipe recipe.toml\nmemkit publish {} --out {}\n```",

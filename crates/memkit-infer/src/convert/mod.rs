@@ -4,10 +4,12 @@
 //! - [`hf_to_gguf`] writes what llama.cpp's `convert_hf_to_gguf.py` writes: the `<arch>.*`
 //!   hyperparameters, the tensors under their GGUF names (q/k rows permuted for the llama
 //!   architecture), the tokenizer (`tokenizer.ggml.*`) and the chat template, as F32, F16 or
-//!   Q8_0. Trained checkpoints reach llama.cpp this way, and it is the GGUF export.
+//!   Q8_0. Trained checkpoints reach llama.cpp this way, and it is the GGUF export. A
+//!   checkpoint's extraction prompt (`extract_prompt.j2`) goes into `memkit.extract_prompt`.
 //! - [`gguf_to_hf`] goes back: it dequantises a GGUF file into an HF directory (f32
 //!   `model.safetensors`, `config.json`, tokenizer files, `generation_config.json`). Training
-//!   gets its base weights from the GGUF-only model packages this way.
+//!   gets its base weights from the GGUF-only model packages this way. `memkit.extract_prompt`
+//!   comes back as `extract_prompt.j2`.
 //!
 //! Both stream one tensor at a time and write through a temporary file renamed at the end.
 
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::safetensors::SliceSafetensors;
 use candle_core::{DType, Device, Tensor};
+use memkit_prompt::{GGUF_PROMPT_KEY, TRAINED_PROMPT_FILE};
 use serde_json::{Value as Json, json};
 
 pub use arch::Arch;
@@ -190,6 +193,11 @@ pub fn hf_to_gguf(hf_dir: impl AsRef<Path>, out_path: impl AsRef<Path>, options:
         meta.set("tokenizer.ggml.add_bos_token", MetaValue::Bool(false));
     }
     meta.set("general.quantization_version", MetaValue::U32(2));
+    let prompt_path = dir.join(TRAINED_PROMPT_FILE);
+    if prompt_path.is_file() {
+        let prompt = fs::read_to_string(&prompt_path).map_err(|e| Error::io(&prompt_path, e))?;
+        meta.set(GGUF_PROMPT_KEY, MetaValue::String(prompt));
+    }
 
     // Tensors, sorted by HF name as gguf-py reads them from safetensors.
     let shards: Vec<(PathBuf, Vec<u8>)> = safetensors_files(dir)?
@@ -378,6 +386,10 @@ pub fn gguf_to_hf(gguf_path: impl AsRef<Path>, out_dir: impl AsRef<Path>) -> Res
     write_json("generation_config.json", &Json::Object(generation))?;
     write_json("tokenizer.json", &tokenizer)?;
     write_json("tokenizer_config.json", &tokenizer_config)?;
+    if let Some(prompt) = get(GGUF_PROMPT_KEY).and_then(|v| v.to_string().ok()) {
+        let prompt_path = out_dir.join(TRAINED_PROMPT_FILE);
+        fs::write(&prompt_path, prompt).map_err(|e| Error::io(&prompt_path, e))?;
+    }
     let bytes = fs::metadata(&target).map_err(|e| Error::io(&target, e))?.len();
     tracing::info!(path = %out_dir.display(), arch = p, tensors = tensors.len(), parameters, "wrote HF checkpoint");
     Ok(ConvertReport { arch, path: out_dir.to_path_buf(), tensors: tensors.len(), parameters, bytes })

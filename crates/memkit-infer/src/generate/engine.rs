@@ -267,6 +267,11 @@ impl LlamaEngine {
         template.to_string().ok()
     }
 
+    /// A string of the GGUF metadata, if the file has the key.
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        self.model.meta_val_str(key).ok()
+    }
+
     /// Sizes, special tokens and scalar metadata of the model.
     pub fn model_meta(&self) -> Result<ModelMeta> {
         let mut metadata = BTreeMap::new();
