@@ -67,6 +67,13 @@ pub struct DataStats {
     pub tokens: usize,
     /// Assistant (loss) tokens of the kept examples.
     pub target_tokens: usize,
+    /// Length of the kept examples in tokens: median, 90th percentile (nearest rank) and
+    /// longest. A long prompt shows here, against `target_tokens` (prompt distillation cuts it).
+    pub length_p50: usize,
+    /// See [`DataStats::length_p50`].
+    pub length_p90: usize,
+    /// See [`DataStats::length_p50`].
+    pub length_max: usize,
 }
 
 /// A tokenizer and the chat template that renders examples for it.
@@ -118,6 +125,10 @@ impl ChatTokenizer {
             stats.target_tokens += targets;
             out.push(tokenized);
         }
+        let mut lengths: Vec<usize> = out.iter().map(|e| e.ids.len()).collect();
+        lengths.sort_unstable();
+        let rank = |q: f64| lengths.get(((q * lengths.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0);
+        (stats.length_p50, stats.length_p90, stats.length_max) = (rank(0.5), rank(0.9), lengths.last().copied().unwrap_or(0));
         Ok((out, stats))
     }
 }

@@ -35,6 +35,11 @@ fn truncation_and_dropping_are_counted() {
     let (kept, stats) = tokenizer.tokenize_all(&examples, 10_000).unwrap();
     assert_eq!((stats.examples, stats.truncated, stats.dropped), (6, 0, 0));
     assert_eq!(kept[0], full);
+    // The length summary, by nearest rank over the six lengths sorted: the 3rd (ceil(0.5 × 6))
+    // and the 6th (ceil(0.9 × 6)).
+    let mut lengths: Vec<usize> = kept.iter().map(|k| k.ids.len()).collect();
+    lengths.sort_unstable();
+    assert_eq!((stats.length_p50, stats.length_p90, stats.length_max), (lengths[2], lengths[5], lengths[5]));
     // Cut inside the reply: kept, truncated. Cut inside the prompt: dropped.
     let (kept, stats) = tokenizer.tokenize_all(&examples[..1], prompt_len + 3).unwrap();
     assert_eq!((stats.examples, stats.truncated, stats.dropped, stats.target_tokens), (1, 1, 0, 3));

@@ -105,6 +105,9 @@ impl Reporter for TrainBar<'_> {
             truncated = plan.train.truncated,
             dropped = plan.train.dropped,
             target_tokens = plan.train.target_tokens,
+            length_p50 = plan.train.length_p50,
+            length_p90 = plan.train.length_p90,
+            length_max = plan.train.length_max,
             trainable = plan.trainable_parameters,
             "training data"
         );
