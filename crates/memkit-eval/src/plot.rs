@@ -170,3 +170,52 @@ pub fn tokens_per_query(systems: &[SystemMetrics], title: &str) -> Result<String
     }
     Ok(svg)
 }
+
+/// One line per named series of `(x, y)` points, `y` a share in 0..1, `x` from 0 to the largest
+/// one: a learning curve (figures against optimiser steps).
+pub fn lines(series: &[(String, Vec<(f64, f64)>)], title: &str, x_desc: &str, y_desc: &str) -> Result<String, String> {
+    let x_max = series.iter().flat_map(|(_, points)| points.iter().map(|p| p.0)).fold(1.0f64, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..x_max, 0.0..1.0)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .y_labels(11)
+            .y_label_formatter(&|y| format!("{y:.1}"))
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 16))
+            .draw()
+            .map_err(err)?;
+        for (i, (name, points)) in series.iter().enumerate().filter(|(_, (_, p))| !p.is_empty()) {
+            let color = color(i);
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}

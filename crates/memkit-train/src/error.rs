@@ -35,6 +35,14 @@ pub enum Error {
         #[source]
         source: toml::de::Error,
     },
+    /// The [`Scorer`](crate::train::Scorer) failed on an export.
+    #[error("scoring the model after step {step}: {reason}")]
+    Score {
+        /// The step scored.
+        step: usize,
+        /// What went wrong.
+        reason: String,
+    },
     /// A recipe, model config or checkpoint is well-formed but says something unusable.
     #[error("{path}: {reason}")]
     Invalid {

@@ -42,7 +42,7 @@ pub mod weights;
 pub use error::{Error, Result};
 pub use model::{Config, LoraConfig, Model};
 pub use recipe::Recipe;
-pub use train::{EvalMetrics, Reporter, SilentReporter, StepMetrics, TrainOptions, TrainPlan, TrainSummary, train};
+pub use train::{EvalMetrics, Reporter, Score, Scorer, SilentReporter, StepMetrics, TrainOptions, TrainPlan, TrainSummary, train};
 
 /// The training device: burn's `flex` CPU backend (autodiff is switched on by [`train()`]).
 pub fn cpu_device() -> burn::tensor::Device {

@@ -39,6 +39,40 @@ pub struct Recipe {
     pub optim: Optimizer,
     /// Steps, batches, evaluation, checkpoints.
     pub run: RunConfig,
+    /// Scoring by generation at every evaluation (`memkit train` extracts held-out windows with
+    /// llama.cpp and keeps the best export); absent means no scoring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<ScoreConfig>,
+}
+
+/// How `memkit train` scores each evaluated model: it exports the model, converts it to GGUF
+/// (f16), extracts the first `windows` rows of `valid.jsonl` greedily under the extractor schema,
+/// and takes the record F1 against the teacher's records (`memkit compare`'s figures) as the
+/// score; the best export is kept in `<run>/best/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreConfig {
+    /// Held-out windows extracted per evaluation (0: no scoring).
+    pub windows: usize,
+    /// Records per window the schema allows (the distill recipe's `max_memories`).
+    #[serde(default = "default_score_max_memories")]
+    pub max_memories: usize,
+    /// Most tokens per reply.
+    #[serde(default = "default_score_max_tokens")]
+    pub max_tokens: usize,
+    /// Windows decoded together.
+    #[serde(default = "default_score_batch")]
+    pub batch: usize,
+}
+
+fn default_score_max_memories() -> usize {
+    12
+}
+fn default_score_max_tokens() -> usize {
+    800
+}
+fn default_score_batch() -> usize {
+    4
 }
 
 /// Where the base weights come from.
@@ -227,6 +261,11 @@ impl Recipe {
 
     fn validate(&self, path: &Path) -> Result<()> {
         let run = &self.run;
+        if let Some(score) = &self.score
+            && (score.max_memories == 0 || score.max_tokens == 0 || score.batch == 0)
+        {
+            return Err(Error::invalid(path, "[score] max_memories, max_tokens and batch must be at least 1"));
+        }
         if run.batch_size == 0 || run.grad_accum == 0 || run.keep_last == 0 || run.log_every == 0 {
             return Err(Error::invalid(path, "[run] batch_size, grad_accum, keep_last and log_every must be at least 1"));
         }
@@ -265,6 +304,22 @@ mod tests {
         let Optimizer::AdamW(adamw) = &recipe.optim;
         assert_eq!((adamw.lr, adamw.max_grad_norm, recipe.run.batch_size, recipe.data.max_seq_len), (2e-5, 1.0, 4, 2048));
         assert_eq!(Recipe::from_toml(&recipe.to_toml(), Path::new("resolved.toml")).unwrap(), recipe);
+    }
+
+    #[test]
+    fn every_shipped_recipe_parses_and_round_trips() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes/train");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let recipe = Recipe::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(Recipe::from_toml(&recipe.to_toml(), &path).unwrap(), recipe, "{}", path.display());
+            seen += 1;
+        }
+        assert!(seen >= 4, "{seen} recipes in {}", dir.display());
+        // The scored ones keep the section through the round trip.
+        let scored = Recipe::from_file(&dir.join("smollm2-135m-decomposed.toml")).unwrap();
+        assert_eq!(scored.score.map(|s| s.windows), Some(24));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -34,6 +35,31 @@ pub struct TrainOptions {
     /// Stop after this many optimiser steps (in total, counting resumed ones), writing a
     /// checkpoint there, as if interrupted; the schedule still spans the full run.
     pub stop_after: Option<usize>,
+    /// Scores the model by what it generates at every evaluation; the best-scoring export is
+    /// kept in `<run>/best/`.
+    pub scorer: Option<Arc<dyn Scorer>>,
+}
+
+/// Scores a model by what it does rather than by its loss, e.g. by its agreement with the
+/// teacher on held-out windows (`memkit train` extracts them with llama.cpp). [`train`] calls it
+/// at every evaluation with the model exported in Hugging Face layout, and keeps the export
+/// with the highest [`Score::value`] as `<run>/best/` (the later one on a tie).
+pub trait Scorer: std::fmt::Debug + Send + Sync {
+    /// Scores the model exported in `dir` (`config.json`, `model.safetensors`, tokenizer files,
+    /// the prompt template if the data has one) after `step` optimiser steps. Files it writes
+    /// into `dir` (a GGUF conversion) are kept with it.
+    fn score(&self, dir: &Path, step: usize) -> std::result::Result<Score, String>;
+}
+
+/// What a [`Scorer`] says about one export.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Score {
+    /// Step scored.
+    pub step: usize,
+    /// The figure that picks the best export; higher is better.
+    pub value: f64,
+    /// Every figure measured, logged beside it in `metrics.jsonl` (type `score`).
+    pub metrics: serde_json::Value,
 }
 
 /// What a run is about to do.
@@ -100,6 +126,8 @@ pub struct TrainSummary {
     pub last_loss: Option<f64>,
     /// The last evaluation, if any.
     pub last_eval: Option<EvalMetrics>,
+    /// The best score and its step (the export in `<run>/best/`), with a [`Scorer`].
+    pub best: Option<Score>,
     /// Tokens per second over the steps of this invocation.
     pub tokens_per_second: f64,
 }
@@ -115,6 +143,8 @@ pub trait Reporter {
     fn on_eval(&self, _metrics: &EvalMetrics) {}
     /// After a checkpoint is written.
     fn on_checkpoint(&self, _step: usize, _path: &Path) {}
+    /// After the [`Scorer`] scored an export.
+    fn on_score(&self, _score: &Score) {}
 }
 
 /// A [`Reporter`] that ignores everything.
@@ -413,6 +443,42 @@ pub fn train(
         reporter.on_eval(&metrics);
         Ok(metrics)
     };
+    // The best score so far survives a resume (`best/score.json`).
+    let best_dir = run_dir.join("best");
+    let mut best: Option<Score> = match fs::read_to_string(best_dir.join("score.json")) {
+        Ok(text) => {
+            Some(serde_json::from_str(&text).map_err(|source| Error::Json { path: best_dir.join("score.json"), line: None, source })?)
+        }
+        Err(_) => None,
+    };
+    let score = |model: &Model, step: usize, log: &mut RunLog, best: &mut Option<Score>| -> Result<()> {
+        let Some(scorer) = &options.scorer else { return Ok(()) };
+        let dir = run_dir.join("scored");
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        }
+        export_hf(&dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
+        if let Some(prompt) = &prompt {
+            write_atomic(&dir.join(TRAINED_PROMPT_FILE), prompt)?;
+        }
+        let scored = scorer.score(&dir, step).map_err(|reason| Error::Score { step, reason })?;
+        log.metrics("score", &scored)?;
+        log.line(&format!("score step {step}: {:.4} {}", scored.value, scored.metrics))?;
+        reporter.on_score(&scored);
+        // On a tie the later (longer-trained) export wins.
+        if best.as_ref().is_none_or(|b| scored.value >= b.value) {
+            write_atomic(&dir.join("score.json"), serde_json::to_string_pretty(&scored).expect("scores serialise"))?;
+            if best_dir.exists() {
+                fs::remove_dir_all(&best_dir).map_err(|e| Error::io(&best_dir, e))?;
+            }
+            fs::rename(&dir, &best_dir).map_err(|e| Error::io(&best_dir, e))?;
+            log.line(&format!("best so far: step {step} ({:.4}), kept in {}", scored.value, best_dir.display()))?;
+            *best = Some(scored);
+        } else {
+            fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        }
+        Ok(())
+    };
     let checkpoint = |model: &Model, optimizer: &ModuleOptimizer, state: TrainState, log: &mut RunLog| -> Result<()> {
         let weights = if lora.is_some() { model.adapter_weights() } else { model.merged_weights() };
         let data = CheckpointData { state, weights: &weights, lora: lora.is_some() };
@@ -427,6 +493,7 @@ pub fn train(
     // The base model's validation figures, so a run shows what training changed.
     if state.step == 0 && !valid_set.is_empty() {
         last_eval = Some(eval(&model, 0, &mut log)?);
+        score(&model, 0, &mut log, &mut best)?;
     }
     while state.step < stop_at {
         let step_started = Instant::now();
@@ -489,6 +556,7 @@ pub fn train(
         reporter.on_step(&metrics);
         if run.eval_every > 0 && state.step.is_multiple_of(run.eval_every) && state.step < total_steps && !valid_set.is_empty() {
             last_eval = Some(eval(&model, state.step, &mut log)?);
+            score(&model, state.step, &mut log, &mut best)?;
         }
         if (run.checkpoint_every > 0 && state.step.is_multiple_of(run.checkpoint_every)) || state.step == stop_at {
             checkpoint(&model, &optimizer, state, &mut log)?;
@@ -500,12 +568,13 @@ pub fn train(
         // (A run of zero steps evaluates the base once, not twice.)
         if !valid_set.is_empty() && last_eval.as_ref().is_none_or(|e| e.step != state.step) {
             last_eval = Some(eval(&model, state.step, &mut log)?);
+            score(&model, state.step, &mut log, &mut best)?;
         }
         export_hf(&run_dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
         if let Some(prompt) = &prompt {
             write_atomic(&run_dir.join(TRAINED_PROMPT_FILE), prompt)?;
         }
-        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref(), prompt.is_some()))?;
+        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref(), prompt.is_some(), best.as_ref()))?;
         log.line(&format!("exported the model to {}", run_dir.display()))?;
     }
     let summary = TrainSummary {
@@ -514,6 +583,7 @@ pub fn train(
         finished,
         last_loss,
         last_eval,
+        best,
         tokens_per_second: tokens_this_run as f64 / started.elapsed().as_secs_f64().max(1e-9),
     };
     info!(?summary, "training done");
@@ -521,7 +591,7 @@ pub fn train(
 }
 
 /// A short model card: base, method, data and the last evaluation.
-fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, carries_prompt: bool) -> String {
+fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, carries_prompt: bool, best: Option<&Score>) -> String {
     let base = match &recipe.model {
         ModelSource::Hf { path } | ModelSource::Gguf { path } => path.display().to_string(),
         ModelSource::Package { name } => format!("the `{name}` package"),
@@ -540,10 +610,13 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, car
     } else {
         "Its data named no prompt template: memkit asks it with `prompts/extract.j2`.".to_owned()
     };
+    let best = best.map_or_else(String::new, |b| {
+        format!(" The best score, {:.4} after step {} (`{}`), is the export in `best/`.", b.value, b.step, b.metrics)
+    });
     format!(
         "# memkit student model\n\nFine-tuned by `memkit train` from {base} with {method} for {} steps on {} examples \
-         ({} assistant tokens) from `{}`. {prompt}\n\nResult: {eval}.\n\nThe recipe is in `recipe.toml`; per-step metrics in \
-         `metrics.jsonl`.\n",
+         ({} assistant tokens) from `{}`. {prompt}\n\nResult: {eval}.{best}\n\nThe recipe is in `recipe.toml`; per-step metrics \
+         in `metrics.jsonl`.\n",
         plan.total_steps,
         plan.train.examples,
         plan.train.target_tokens,

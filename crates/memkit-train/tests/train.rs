@@ -86,11 +86,11 @@ fn stopped_and_resumed_run_matches_an_uninterrupted_one() {
     assert_eq!((straight.steps, straight.finished), (20, true));
 
     let recipe = with_steps(resumed_dir.path());
-    let stop = TrainOptions { resume: false, stop_after: Some(10) };
+    let stop = TrainOptions { resume: false, stop_after: Some(10), ..TrainOptions::default() };
     let first = train(&recipe, &smoke_path(), &stop, &cpu_device(), &SilentReporter).unwrap();
     assert_eq!((first.steps, first.finished), (10, false));
     assert!(!resumed_dir.path().join("model.safetensors").exists());
-    let resume = TrainOptions { resume: true, stop_after: None };
+    let resume = TrainOptions { resume: true, ..TrainOptions::default() };
     let second = train(&recipe, &smoke_path(), &resume, &cpu_device(), &SilentReporter).unwrap();
     assert_eq!((second.steps, second.finished), (20, true));
 
@@ -165,7 +165,8 @@ fn smollm2_trains_a_few_steps() {
     recipe.run.eval_every = 0;
     recipe.run.checkpoint_every = 0;
     let summary =
-        train(&recipe, &smoke_path(), &TrainOptions { resume: false, stop_after: Some(3) }, &cpu_device(), &SilentReporter).unwrap();
+        train(&recipe, &smoke_path(), &TrainOptions { stop_after: Some(3), ..TrainOptions::default() }, &cpu_device(), &SilentReporter)
+            .unwrap();
     let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
     #[allow(clippy::print_stderr)]
     {
@@ -208,4 +209,51 @@ fn the_data_prompt_travels_to_the_checkpoint_the_gguf_and_the_extractor() {
     let options = EngineOptions { n_ctx: 512, n_threads: 1, ..EngineOptions::default() };
     let extractor = LocalExtractor::new(LlamaEngine::load(&gguf, options).unwrap(), ExtractConfig::default()).unwrap();
     assert_eq!(extractor.trained_prompt(), Some(template));
+}
+
+/// A scorer that reads the export it is given: the score peaks at step 8 of the smoke run's
+/// evaluations (0, 4, 8, 12), and it checks that each export is a whole model folder.
+#[derive(Debug)]
+struct PeakAtEight;
+
+impl memkit_train::Scorer for PeakAtEight {
+    fn score(&self, dir: &Path, step: usize) -> Result<memkit_train::Score, String> {
+        let weights = read_safetensors(&dir.join("model.safetensors")).map_err(|e| e.to_string())?;
+        if !dir.join("config.json").is_file() || weights.is_empty() {
+            return Err(format!("{} is not a model folder", dir.display()));
+        }
+        let value = -(step as f64 - 8.0).powi(2);
+        Ok(memkit_train::Score { step, value, metrics: serde_json::json!({ "value": value }) })
+    }
+}
+
+/// The best-scoring export is kept in `best/`, every score is logged, and a resumed run still
+/// knows the best score it had.
+#[test]
+fn the_best_scoring_export_is_kept_across_a_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = smoke_recipe(dir.path());
+    let scorer: std::sync::Arc<dyn memkit_train::Scorer> = std::sync::Arc::new(PeakAtEight);
+    let stop = TrainOptions { stop_after: Some(10), scorer: Some(scorer.clone()), ..TrainOptions::default() };
+    train(&recipe, &smoke_path(), &stop, &cpu_device(), &SilentReporter).unwrap();
+    let best: memkit_train::Score = serde_json::from_str(&std::fs::read_to_string(dir.path().join("best/score.json")).unwrap()).unwrap();
+    assert_eq!(best.step, 8);
+    let at_eight = read_safetensors(&dir.path().join("best/model.safetensors")).unwrap();
+
+    let resume = TrainOptions { resume: true, scorer: Some(scorer), ..TrainOptions::default() };
+    let summary = train(&recipe, &smoke_path(), &resume, &cpu_device(), &SilentReporter).unwrap();
+    assert_eq!(summary.best.as_ref().map(|b| b.step), Some(8), "step 12 scores lower than step 8");
+    assert_eq!(read_safetensors(&dir.path().join("best/model.safetensors")).unwrap(), at_eight);
+    assert!(!dir.path().join("scored").exists(), "a losing export is deleted");
+    let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    let scored: Vec<u64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "score")
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(scored, [0, 4, 8, 12]); // the base first
+    // The final export is the last model, not the best one.
+    assert_ne!(read_safetensors(&dir.path().join("model.safetensors")).unwrap(), at_eight);
+    assert!(std::fs::read_to_string(dir.path().join("README.md")).unwrap().contains("after step 8"));
 }

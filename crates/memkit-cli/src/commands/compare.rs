@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
+use memkit_infer::extract::LocalExtractor;
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::parse_extractor_output;
 use serde::Deserialize;
@@ -57,17 +58,15 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Row {
+/// One row of a distilled dataset: the window's prompt and the teacher's reply.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Row {
     window_id: String,
     messages: Vec<ChatMessage>,
 }
 
-pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
-    if !args.gold.is_empty() {
-        return gold(&args);
-    }
-    let (Some(model), Some(data)) = (&args.model, &args.data) else { anyhow::bail!("--model and --data, or --gold") };
+/// The rows of a distilled `valid.jsonl` / `train.jsonl`, at most `limit` (the first ones).
+pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> {
     let text = std::fs::read_to_string(data).with_context(|| format!("cannot read {}", data.display()))?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -81,21 +80,19 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         );
         rows.push(row);
     }
-    rows.truncate(args.limit.unwrap_or(usize::MAX));
+    rows.truncate(limit.unwrap_or(usize::MAX));
     anyhow::ensure!(!rows.is_empty(), "{} holds no rows", data.display());
+    Ok(rows)
+}
 
-    let gguf = super::model_gguf(model)?;
-    let extractor = args.generation.local_extractor(&gguf)?;
-
-    let bar = bars.bar(rows.len() as u64, "compare");
+/// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time.
+pub fn agreement_on(extractor: &LocalExtractor, rows: &[Row], batch: usize, bar: &indicatif::ProgressBar) -> anyhow::Result<Agreement> {
     let mut outputs = Vec::with_capacity(rows.len());
-    for chunk in rows.chunks(args.generation.batch.max(1)) {
+    for chunk in rows.chunks(batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
         outputs.extend(extractor.complete(&chats)?.into_iter().map(|g| g.text));
         bar.inc(chunk.len() as u64);
     }
-    bar.finish_and_clear();
-
     let teacher: Vec<_> = rows.iter().map(|r| parse_extractor_output(&r.messages[2].content).records).collect();
     let student: Vec<_> = outputs
         .iter()
@@ -107,7 +104,20 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         .collect();
     let pairs: Vec<WindowPair<'_>> =
         teacher.iter().zip(&student).map(|(t, s)| WindowPair { reference: t, candidate: s.as_deref() }).collect();
-    let result = agreement(&pairs);
+    Ok(agreement(&pairs))
+}
+
+pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
+    if !args.gold.is_empty() {
+        return gold(&args);
+    }
+    let (Some(model), Some(data)) = (&args.model, &args.data) else { anyhow::bail!("--model and --data, or --gold") };
+    let rows = read_rows(data, args.limit)?;
+    let gguf = super::model_gguf(model)?;
+    let extractor = args.generation.local_extractor(&gguf)?;
+    let bar = bars.bar(rows.len() as u64, "compare");
+    let result = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+    bar.finish_and_clear();
     print(&result, model, data);
     if let Some(out) = &args.out {
         let json = serde_json::json!({"model": model, "data": data, "agreement": result});

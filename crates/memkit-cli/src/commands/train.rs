@@ -42,6 +42,16 @@ pub struct Args {
     /// NVIDIA GPU; a build with the `cuda` feature).
     #[arg(long, default_value = "flex")]
     backend: memkit_train::Backend,
+    /// Held-out windows to extract at every evaluation, overriding the recipe's
+    /// `[score] windows` (0: no scoring). Each evaluated model is exported, converted to GGUF and
+    /// asked for the first N windows of `valid.jsonl` with llama.cpp; its record F1 against the
+    /// teacher is logged (`metrics.jsonl`, type `score`; `learning_curve.svg`) and the best
+    /// export is kept in `<run>/best/`.
+    #[arg(long)]
+    score_windows: Option<usize>,
+    /// llama.cpp threads for scoring (default: the cores available).
+    #[arg(long)]
+    score_threads: Option<usize>,
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -55,7 +65,25 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     if let Some(steps) = args.max_steps {
         recipe.run.max_steps = Some(steps);
     }
-    let options = TrainOptions { resume: args.resume, stop_after: args.stop_after };
+    if let Some(windows) = args.score_windows {
+        let spec = recipe.score.get_or_insert(memkit_train::recipe::ScoreConfig { windows, max_memories: 12, max_tokens: 800, batch: 4 });
+        spec.windows = windows;
+    }
+    let scorer = match &recipe.score {
+        Some(spec) if spec.windows > 0 => {
+            let rows = super::compare::read_rows(&recipe.data.dir.join("valid.jsonl"), Some(spec.windows))
+                .context("scoring needs held-out windows")?;
+            let generation = super::GenerationArgs {
+                max_memories: spec.max_memories,
+                max_tokens: spec.max_tokens,
+                batch: spec.batch,
+                threads: args.score_threads,
+            };
+            Some(std::sync::Arc::new(AgreementScorer { rows, generation }) as std::sync::Arc<dyn memkit_train::Scorer>)
+        }
+        _ => None,
+    };
+    let options = TrainOptions { resume: args.resume, stop_after: args.stop_after, scorer };
     let reporter = TrainBar { bars, bar: Mutex::new(None) };
     tracing::info!(backend = args.backend.name(), "training");
     let summary = memkit_train::train(&recipe, &args.recipe, &options, &args.backend.device(), &reporter)
@@ -63,12 +91,26 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     if let Some(bar) = reporter.take() {
         bar.finish_and_clear();
     }
+    let curve = summary.run_dir.join("learning_curve.svg");
+    match learning_curve(&summary.run_dir.join("metrics.jsonl")) {
+        Ok(Some(svg)) => std::fs::write(&curve, svg).with_context(|| format!("cannot write {}", curve.display()))?,
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "no learning curve"),
+    }
     #[allow(clippy::print_stdout)]
     {
         let loss = summary.last_loss.map_or("-".to_owned(), |l| format!("{l:.4}"));
         println!("steps: {}  last loss: {loss}  {:.0} tokens/s", summary.steps, summary.tokens_per_second);
         if let Some(eval) = &summary.last_eval {
             println!("valid: loss {:.4}  token accuracy {:.4}", eval.loss, eval.accuracy);
+        }
+        if let Some(best) = &summary.best {
+            println!(
+                "best: record F1 {:.4} against the teacher after step {} ({})",
+                best.value,
+                best.step,
+                summary.run_dir.join("best").display()
+            );
         }
         println!("model: {}", summary.run_dir.display());
     }
@@ -128,4 +170,63 @@ impl Reporter for TrainBar<'_> {
     fn on_checkpoint(&self, step: usize, path: &Path) {
         self.with_bar(|bar| bar.suspend(|| tracing::debug!(step, path = %path.display(), "checkpoint")));
     }
+}
+
+/// Scores an export by its agreement with the teacher on held-out windows (`memkit compare`):
+/// the value is the record F1.
+#[derive(Debug)]
+struct AgreementScorer {
+    rows: Vec<super::compare::Row>,
+    generation: super::GenerationArgs,
+}
+
+impl memkit_train::Scorer for AgreementScorer {
+    fn score(&self, dir: &Path, step: usize) -> Result<memkit_train::Score, String> {
+        let started = std::time::Instant::now();
+        let agreement = (|| -> anyhow::Result<_> {
+            let gguf = super::model_gguf(&dir.to_string_lossy())?;
+            let extractor = self.generation.local_extractor(&gguf)?;
+            super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())
+        })()
+        .map_err(|e| format!("{e:#}"))?;
+        let metrics = serde_json::json!({
+            "f1": agreement.f1,
+            "precision": agreement.precision,
+            "recall": agreement.recall,
+            "json_validity": agreement.json_validity,
+            "records_per_window": agreement.candidate_records as f64 / agreement.windows.max(1) as f64,
+            "teacher_records_per_window": agreement.reference_records as f64 / agreement.windows.max(1) as f64,
+            "windows": agreement.windows,
+            "fields": agreement.fields,
+            "seconds": started.elapsed().as_secs_f64(),
+        });
+        Ok(memkit_train::Score { step, value: agreement.f1, metrics })
+    }
+}
+
+/// The learning curve of a run from its `metrics.jsonl`: record F1 and JSON validity against
+/// the teacher (the `score` rows) and the validation token accuracy, by step; `None` without
+/// scores.
+fn learning_curve(metrics: &Path) -> anyhow::Result<Option<String>> {
+    let text = std::fs::read_to_string(metrics).with_context(|| format!("cannot read {}", metrics.display()))?;
+    let rows: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let series = |kind: &str, key: &[&str]| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r["type"] == kind)
+            .filter_map(|r| {
+                let value = key.iter().fold(r, |v, k| &v[*k]);
+                Some((r["step"].as_f64()?, value.as_f64()?))
+            })
+            .collect()
+    };
+    let f1 = series("score", &["metrics", "f1"]);
+    if f1.is_empty() {
+        return Ok(None);
+    }
+    let lines = vec![
+        ("record F1 against the teacher".to_owned(), f1),
+        ("JSON validity".to_owned(), series("score", &["metrics", "json_validity"])),
+        ("validation token accuracy".to_owned(), series("eval", &["accuracy"])),
+    ];
+    Ok(Some(memkit_eval::plot::lines(&lines, "learning curve", "optimiser step", "share").map_err(anyhow::Error::msg)?))
 }
