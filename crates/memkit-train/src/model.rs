@@ -446,10 +446,13 @@ impl Attention {
             (Some(q_norm), Some(k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
             _ => (q, k),
         };
-        let q = rope.apply(q.swap_dims(1, 2)); // [batch, heads, seq_len, hd]
+        // The 1/√hd scale goes on the queries ([.., seq_len, hd]) rather than on the scores
+        // ([.., seq_len, seq_len]): the same product, with one op over seq_len/hd times fewer
+        // elements, forward and backward.
+        let q = rope.apply(q.swap_dims(1, 2)).mul_scalar(1.0 / (hd as f64).sqrt()); // [batch, heads, seq_len, hd]
         let k = repeat_kv(rope.apply(k.swap_dims(1, 2)), heads / kv_heads);
         let v = repeat_kv(v.swap_dims(1, 2), heads / kv_heads);
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()) + mask; // [batch, heads, seq_len, seq_len]
+        let scores = q.matmul(k.swap_dims(2, 3)) + mask; // [batch, heads, seq_len, seq_len]
         let out = softmax(scores, 3).matmul(v); // [batch, heads, seq_len, hd]
         self.o_proj.forward(out.swap_dims(1, 2).reshape([batch, seq_len, heads * hd]))
     }
