@@ -46,6 +46,35 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+type Chart<'a, 'b, X> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>;
+
+/// A named line with a dot at each point, listed in the legend.
+fn draw_line<X>(chart: &mut Chart<'_, '_, X>, name: &str, points: Vec<(X::ValueType, f64)>, color: RGBColor) -> Result<(), String>
+where
+    X: plotters::coord::ranged1d::Ranged,
+    X::ValueType: Clone + 'static,
+{
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+        .map_err(err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+    Ok(())
+}
+
+/// The legend, lower right.
+fn draw_legend<'b, X: plotters::coord::ranged1d::Ranged>(chart: &mut Chart<'b, 'b, X>) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)
+}
+
 /// Budgets present in any system, in numeric order.
 fn budgets(systems: &[SystemMetrics]) -> Vec<String> {
     let mut all: BTreeMap<String, ()> = BTreeMap::new();
@@ -95,21 +124,9 @@ pub fn recall_vs_budget(systems: &[SystemMetrics], title: &str) -> Result<String
                 .enumerate()
                 .filter_map(|(j, b)| s.evidence_recall_at.get(b).map(|r| (SegmentValue::CenterOf(j), *r)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(err)?
-                .label(s.name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+            draw_line(&mut chart, &s.name, points, color)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -200,21 +217,9 @@ pub fn lines(series: &[(String, Vec<(f64, f64)>)], title: &str, x_desc: &str, y_
             .map_err(err)?;
         for (i, (name, points)) in series.iter().enumerate().filter(|(_, (_, p))| !p.is_empty()) {
             let color = color(i);
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(err)?
-                .label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+            draw_line(&mut chart, name, points.clone(), color)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
