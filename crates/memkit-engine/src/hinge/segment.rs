@@ -3,14 +3,12 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use memkit_schema::{Dialogue, Turn};
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::dense::{Embedder, cosine};
-use crate::text::content_tokens;
+use crate::text::{content_tokens, location_mentions};
 use crate::{Error, Result};
 
 /// Why a segment starts where it does.
@@ -137,71 +135,15 @@ pub(crate) fn turn_text(turn: &Turn) -> String {
     }
 }
 
-/// Capitalised words that follow a location preposition but are not places.
-const NOT_PLACES: &[&str] = &[
-    "I",
-    "Im",
-    "Ive",
-    "Id",
-    "Ill",
-    "It",
-    "The",
-    "This",
-    "That",
-    "My",
-    "Mom",
-    "Dad",
-    "God",
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-    "Christmas",
-    "Halloween",
-    "Thanksgiving",
-    "Easter",
-    "You",
-    "We",
-    "They",
-];
-
-fn location_regex() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(r"\b(?:in|at|to|from|near|visited|visiting)\s+(?:the\s+)?([A-Z][A-Za-z'’-]*(?:\s+[A-Z][A-Za-z'’-]*){0,2})")
-            .expect("static regex")
-    })
-}
-
-/// Place names cued by a preposition ("in Paris", "to New York", "at the Louvre"): capitalised
-/// words after in/at/to/from/near/visited, minus names in `not_places` (the speakers) and common
-/// non-places (weekdays, months, holidays, pronouns).
+/// Place names cued by a preposition ("in Paris", "to New York", "at the Louvre"): memkit-text's
+/// [`location_mentions`] (the rule extractor's and the query parser's too), minus names whose
+/// first word is in `not_places` (the speakers), each once.
 pub fn extract_locations(text: &str, not_places: &HashSet<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for cap in location_regex().captures_iter(text) {
-        let name = cap[1].trim_end_matches(['\'', '’', '-']);
-        let first = name.split_whitespace().next().unwrap_or("");
-        let bare: String = first.chars().filter(|c| c.is_alphanumeric()).collect();
-        if name.is_empty() || NOT_PLACES.contains(&bare.as_str()) || not_places.contains(&first.to_lowercase()) {
-            continue;
-        }
-        if !out.iter().any(|o| o.eq_ignore_ascii_case(name)) {
-            out.push(name.to_string());
+    for name in location_mentions(text) {
+        let first = name.split_whitespace().next().unwrap_or("").to_lowercase();
+        if !not_places.contains(&first) && !out.iter().any(|o| o.eq_ignore_ascii_case(&name)) {
+            out.push(name);
         }
     }
     out
@@ -330,6 +272,8 @@ mod tests {
         assert_eq!(extract_locations("We flew to New York and then to Boston.", &speakers), ["New York", "Boston"]);
         assert_eq!(extract_locations("I talked to Melanie in May at the Louvre.", &speakers), ["Louvre"]);
         assert!(extract_locations("Going to the park in the evening.", &speakers).is_empty());
+        // Calendar words and a name that modifies a noun are no places; each place once.
+        assert_eq!(extract_locations("Back in Paris on Friday, at the Paris Museum, and in paris.", &speakers), ["Paris", "Paris Museum"]);
     }
 
     #[test]
