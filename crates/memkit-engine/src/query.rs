@@ -87,26 +87,10 @@ impl QueryParser for RuleQueryParser {
 // ---------------------------------------------------------------------------------------------
 // Anchor and assistant context.
 
-static FIRST_PERSON: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\b(?:I['’](?:m|ve|d|ll)|I|[Mm]y|[Mm]e|[Mm]ine|[Mm]yself)\b").expect("valid regex"));
-
-/// The question as a retrieval sentence: first person → "the user".
+/// The question as a retrieval sentence: first person → "the user" (memkit-text's
+/// [`third_person`](memkit_text::person::third_person)).
 pub fn anchor(question: &str) -> String {
-    FIRST_PERSON
-        .replace_all(question.trim(), |c: &regex::Captures| {
-            let w = &c[0];
-            let w = w.replace('’', "'");
-            match w.as_str() {
-                "I'm" => "the user is",
-                "I've" => "the user has",
-                "I'd" => "the user would",
-                "I'll" => "the user will",
-                "I" | "me" | "Me" | "myself" | "Myself" => "the user",
-                _ => "the user's",
-            }
-            .to_string()
-        })
-        .into_owned()
+    memkit_text::person::third_person(question.trim(), "the user")
 }
 
 /// Phrases showing that the answer is something the assistant said before.
