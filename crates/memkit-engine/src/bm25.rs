@@ -120,11 +120,16 @@ impl Bm25Index {
 
     /// Adds a plain text; returns its document number.
     pub fn add_text(&mut self, text: &str) -> usize {
+        self.add_terms(&terms(text))
+    }
+
+    /// Adds a document already cut into terms (another tokenisation than
+    /// [`crate::text::terms`], e.g. HingeMem's content tokens); returns its document number.
+    pub fn add_terms(&mut self, terms: &[String]) -> usize {
         let doc = self.doc_len.len();
         let doc_id = u32::try_from(doc).expect("more than u32::MAX documents");
-        let terms = terms(text);
         let mut tf: HashMap<String, u32> = HashMap::new();
-        for t in &terms {
+        for t in terms {
             *tf.entry(t.clone()).or_default() += 1;
         }
         for (term, count) in tf {

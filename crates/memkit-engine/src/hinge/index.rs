@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::edges::{Node, NodeKind, SalienceWeights, build_hyperedges, edge_nodes, merge_hyperedges, node_salience};
 use super::segment::Segmenter;
+use crate::bm25::{Bm25Index, Bm25Params};
 use crate::stopping::{QueryType, StopConfig, adaptive_stop, classify_query, sort_hits};
 use crate::store::StoredNode;
 use crate::text::{content_tokens, tokens};
@@ -108,51 +109,6 @@ pub fn element_priority(query: &ParsedQuery, query_type: QueryType) -> ElementPr
     p
 }
 
-/// A tiny BM25 over hyperedge text, so this module does not depend on the evolving `bm25` route.
-#[derive(Debug, Clone)]
-struct LocalBm25 {
-    postings: HashMap<String, Vec<(usize, f32)>>,
-    lengths: Vec<f32>,
-    avg_len: f32,
-}
-
-impl LocalBm25 {
-    fn new(docs: &[Vec<String>]) -> Self {
-        let mut postings: HashMap<String, Vec<(usize, f32)>> = HashMap::new();
-        for (d, toks) in docs.iter().enumerate() {
-            let mut tf: HashMap<&str, f32> = HashMap::new();
-            for t in toks {
-                *tf.entry(t).or_default() += 1.0;
-            }
-            for (t, c) in tf {
-                postings.entry(t.to_string()).or_default().push((d, c));
-            }
-        }
-        for list in postings.values_mut() {
-            list.sort_by_key(|&(d, _)| d);
-        }
-        let lengths: Vec<f32> = docs.iter().map(|d| d.len() as f32).collect();
-        let avg_len = if lengths.is_empty() { 0.0 } else { lengths.iter().sum::<f32>() / lengths.len() as f32 };
-        LocalBm25 { postings, lengths, avg_len }
-    }
-
-    /// Scores per document; `idf = ln(1 + (N − df + 0.5) / (df + 0.5))` as in SPEC §6.
-    fn scores(&self, terms: &[String], k1: f32, b: f32) -> Vec<f32> {
-        let n = self.lengths.len() as f32;
-        let mut out = vec![0.0f32; self.lengths.len()];
-        for term in terms {
-            let Some(list) = self.postings.get(term) else { continue };
-            let df = list.len() as f32;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for &(d, tf) in list {
-                let norm = 1.0 - b + b * self.lengths[d] / self.avg_len.max(f32::MIN_POSITIVE);
-                out[d] += idf * tf * (k1 + 1.0) / (tf + k1 * norm);
-            }
-        }
-        out
-    }
-}
-
 /// HingeMem's retriever over hyperedges.
 ///
 /// For a query with type `τ` (from [`classify_query`] on the anchor unless given) and element
@@ -183,7 +139,7 @@ pub struct HingeIndex {
     nodes: Vec<Vec<Node>>,
     salience: HashMap<Node, f32>,
     topic_df: HashMap<String, usize>,
-    bm25: LocalBm25,
+    bm25: Bm25Index,
     config: HingeConfig,
 }
 
@@ -217,7 +173,10 @@ impl HingeIndex {
                 t
             })
             .collect();
-        let bm25 = LocalBm25::new(&docs);
+        let mut bm25 = Bm25Index::new(Bm25Params { k1: config.k1, b: config.b });
+        for doc in &docs {
+            bm25.add_terms(doc);
+        }
         HingeIndex { edges, nodes, salience, topic_df, bm25, config }
     }
 
@@ -262,7 +221,7 @@ impl HingeIndex {
         terms.retain(|t| seen.insert(t.clone()));
         let term_set: HashSet<&str> = terms.iter().map(String::as_str).collect();
 
-        let base = self.bm25.scores(&terms, self.config.k1, self.config.b);
+        let base = self.bm25.scores(&terms);
         let max_base = base.iter().copied().fold(0.0f32, f32::max);
         let priority = element_priority(query, query_type);
         let n = self.edges.len() as f32;
@@ -352,10 +311,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn local_bm25_matches_the_spec_formula() {
-        let docs = vec![vec!["dog".to_string(), "park".to_string()], vec!["cat".to_string()]];
-        let bm = LocalBm25::new(&docs);
-        let s = bm.scores(&["dog".to_string()], 1.2, 0.75);
+    fn edge_scores_follow_the_spec_bm25_formula() {
+        let docs = [vec!["dog".to_string(), "park".to_string()], vec!["cat".to_string()]];
+        let mut bm = Bm25Index::new(Bm25Params { k1: 1.2, b: 0.75 });
+        docs.iter().for_each(|d| _ = bm.add_terms(d));
+        let s = bm.scores(&["dog".to_string()]);
         // N=2, df=1: idf = ln(1 + 1.5/1.5) = ln 2; len 2, avg 1.5: norm = 0.25 + 0.75·2/1.5 = 1.25;
         // tf part = 1·2.2 / (1 + 1.2·1.25) = 0.88.
         assert!((s[0] - 2f32.ln() * 0.88).abs() < 1e-5);

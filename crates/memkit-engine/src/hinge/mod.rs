@@ -7,9 +7,10 @@
 //! do ([`merge_hyperedges`]); nodes get a salience from frequency, degree centrality and
 //! co-occurrence diversity ([`node_salience`]).
 //!
-//! **Retrieval.** [`HingeIndex`] scores hyperedges with a small BM25 (ξ), reranks with the
-//! salience of the nodes the query matches, weighted by element priority (Ω_S), and a rare-topic
-//! bonus / common-topic penalty (Ω_T), then applies the adaptive stop of
+//! **Retrieval.** [`HingeIndex`] scores hyperedges with BM25 (ξ, the engine's
+//! [`Bm25Index`](crate::bm25::Bm25Index) over content tokens), reranks with the salience of the
+//! nodes the query matches, weighted by element priority (Ω_S), and a rare-topic bonus /
+//! common-topic penalty (Ω_T), then applies the adaptive stop of
 //! [`crate::stopping`] for the query's type (recall, precision, judgment). See [`HingeIndex`] for
 //! the exact formulas.
 //!
