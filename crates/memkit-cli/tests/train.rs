@@ -32,6 +32,7 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
     let best: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("best/score.json")).unwrap()).unwrap();
     let top = scores.iter().map(|s| s["value"].as_f64().unwrap()).fold(f64::MIN, f64::max);
     assert_eq!(best["value"].as_f64().unwrap(), top);
+    assert_eq!(std::fs::read_to_string(out.path().join("best/replies.jsonl")).unwrap().lines().count(), 2);
     for file in ["config.json", "model.safetensors", "tokenizer.json", "model-f16.gguf"] {
         assert!(out.path().join("best").join(file).is_file(), "best/{file}");
     }

@@ -61,7 +61,7 @@ pub struct Args {
 /// One row of a distilled dataset: the window's prompt and the teacher's reply.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row {
-    window_id: String,
+    pub window_id: String,
     messages: Vec<ChatMessage>,
 }
 
@@ -85,8 +85,14 @@ pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> 
     Ok(rows)
 }
 
-/// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time.
-pub fn agreement_on(extractor: &LocalExtractor, rows: &[Row], batch: usize, bar: &indicatif::ProgressBar) -> anyhow::Result<Agreement> {
+/// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time,
+/// with the extractor's replies in row order.
+pub fn agreement_on(
+    extractor: &LocalExtractor,
+    rows: &[Row],
+    batch: usize,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<(Agreement, Vec<String>)> {
     let mut outputs = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
@@ -104,7 +110,7 @@ pub fn agreement_on(extractor: &LocalExtractor, rows: &[Row], batch: usize, bar:
         .collect();
     let pairs: Vec<WindowPair<'_>> =
         teacher.iter().zip(&student).map(|(t, s)| WindowPair { reference: t, candidate: s.as_deref() }).collect();
-    Ok(agreement(&pairs))
+    Ok((agreement(&pairs), outputs))
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -116,7 +122,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let gguf = super::model_gguf(model)?;
     let extractor = args.generation.local_extractor(&gguf)?;
     let bar = bars.bar(rows.len() as u64, "compare");
-    let result = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+    let (result, _) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
     bar.finish_and_clear();
     print(&result, model, data);
     if let Some(out) = &args.out {

@@ -173,7 +173,7 @@ impl Reporter for TrainBar<'_> {
 }
 
 /// Scores an export by its agreement with the teacher on held-out windows (`memkit compare`):
-/// the value is the record F1.
+/// the value is the record F1; the replies are written beside the export (`replies.jsonl`).
 #[derive(Debug)]
 struct AgreementScorer {
     rows: Vec<super::compare::Row>,
@@ -186,7 +186,18 @@ impl memkit_train::Scorer for AgreementScorer {
         let agreement = (|| -> anyhow::Result<_> {
             let gguf = super::model_gguf(&dir.to_string_lossy())?;
             let extractor = self.generation.local_extractor(&gguf)?;
-            super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())
+            let (agreement, replies) =
+                super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())?;
+            // The replies stay with the export they score (best/replies.jsonl), to be read.
+            let lines: String = self
+                .rows
+                .iter()
+                .zip(&replies)
+                .map(|(row, reply)| serde_json::json!({"window_id": row.window_id, "reply": reply}).to_string() + "\n")
+                .collect();
+            let path = dir.join("replies.jsonl");
+            std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(agreement)
         })()
         .map_err(|e| format!("{e:#}"))?;
         let metrics = serde_json::json!({
