@@ -57,7 +57,8 @@ pub struct ScoreConfig {
     /// Records per window the schema allows (the distill recipe's `max_memories`).
     #[serde(default = "default_score_max_memories")]
     pub max_memories: usize,
-    /// Most tokens per reply.
+    /// Most tokens per reply: room for `max_memories` records (~90 tokens each); a reply cut
+    /// at the limit counts as invalid JSON.
     #[serde(default = "default_score_max_tokens")]
     pub max_tokens: usize,
     /// Windows decoded together.
@@ -65,11 +66,23 @@ pub struct ScoreConfig {
     pub batch: usize,
 }
 
+impl ScoreConfig {
+    /// Scoring on `windows` held-out windows with the default caps.
+    pub fn new(windows: usize) -> Self {
+        ScoreConfig {
+            windows,
+            max_memories: default_score_max_memories(),
+            max_tokens: default_score_max_tokens(),
+            batch: default_score_batch(),
+        }
+    }
+}
+
 fn default_score_max_memories() -> usize {
     12
 }
 fn default_score_max_tokens() -> usize {
-    800
+    1536
 }
 fn default_score_batch() -> usize {
     4

@@ -66,7 +66,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         recipe.run.max_steps = Some(steps);
     }
     if let Some(windows) = args.score_windows {
-        let spec = recipe.score.get_or_insert(memkit_train::recipe::ScoreConfig { windows, max_memories: 12, max_tokens: 800, batch: 4 });
+        let spec = recipe.score.get_or_insert_with(|| memkit_train::recipe::ScoreConfig::new(windows));
         spec.windows = windows;
     }
     let scorer = match &recipe.score {
