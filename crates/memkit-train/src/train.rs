@@ -611,7 +611,7 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, car
         "Its data named no prompt template: memkit asks it with `prompts/extract.j2`.".to_owned()
     };
     let best = best.map_or_else(String::new, |b| {
-        format!(" The best score, {:.4} after step {} (`{}`), is the export in `best/`.", b.value, b.step, b.metrics)
+        format!(" The best score, {:.4} after step {}, is the export in `best/` (all its figures: `best/score.json`).", b.value, b.step)
     });
     format!(
         "# memkit student model\n\nFine-tuned by `memkit train` from {base} with {method} for {} steps on {} examples \
