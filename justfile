@@ -76,18 +76,19 @@ gold mode="decomposed" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/
     done
     {{memkit}} compare --gold data/gold/locomo-conv-30.jsonl --gold data/gold/lme-s.jsonl $records --report reports/gold
 
-# Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-filler). Runs
-# checkpoint every step: continue a stopped run with `just train <recipe> --resume`, or train in
-# slices with `--stop-after N`.
-[doc('Fine-tune the compact extractor; checkpoints every step (--resume, --stop-after N)')]
-train recipe="recipes/train/smollm2-135m.toml" *args="": build
+# Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-decomposed with the
+# short student prompt, scored by generation every 25 steps, the best export kept in best/).
+# Continue a stopped run with `just train <recipe> --resume`, or train in slices with
+# `--stop-after N`.
+[doc('Fine-tune the compact extractor, scored by generation; resumable (--resume, --stop-after N)')]
+train recipe="recipes/train/smollm2-135m-decomposed.toml" *args="": build
     {{memkit}} train --recipe {{recipe}} {{args}}
 
 # The same on LibTorch's CPU kernels (~4× burn's flex here, see benches/README.md): builds memkit
 # with the `tch` feature (a second build) against the torch of `just venv`, e.g.
 # `just train-tch recipes/train/smollm2-135m.toml --resume`.
 [doc("Fine-tune on LibTorch's kernels (memkit built with the tch feature)")]
-train-tch recipe="recipes/train/smollm2-135m.toml" *args="": venv
+train-tch recipe="recipes/train/smollm2-135m-decomposed.toml" *args="": venv
     PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
     LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
     cargo run -q -p memkit-cli --features tch -- train --recipe {{recipe}} --backend libtorch {{args}}
