@@ -35,41 +35,23 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-impl<E: Embedder + ?Sized> Embedder for Box<E> {
-    fn model_id(&self) -> &str {
-        (**self).model_id()
-    }
-    fn dim(&self) -> usize {
-        (**self).dim()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        (**self).embed(texts)
-    }
+/// Pointers to an embedder embed as it does.
+macro_rules! forward_embedder {
+    ($($pointer:ty),*) => {$(
+        impl<E: Embedder + ?Sized> Embedder for $pointer {
+            fn model_id(&self) -> &str {
+                (**self).model_id()
+            }
+            fn dim(&self) -> usize {
+                (**self).dim()
+            }
+            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+                (**self).embed(texts)
+            }
+        }
+    )*};
 }
-
-impl<E: Embedder + ?Sized> Embedder for &E {
-    fn model_id(&self) -> &str {
-        (**self).model_id()
-    }
-    fn dim(&self) -> usize {
-        (**self).dim()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        (**self).embed(texts)
-    }
-}
-
-impl<E: Embedder + ?Sized> Embedder for Arc<E> {
-    fn model_id(&self) -> &str {
-        (**self).model_id()
-    }
-    fn dim(&self) -> usize {
-        (**self).dim()
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        (**self).embed(texts)
-    }
-}
+forward_embedder!(Box<E>, &E, Arc<E>);
 
 /// An embedder that keeps every vector it computed, by text, in memory: a run that embeds the
 /// same records or questions again (an eval recipe with several dense systems) pays once.

@@ -171,6 +171,14 @@ fn bound_strings(schema: &mut serde_json::Value, max_length: usize) {
     }
 }
 
+/// `prompts` with the extraction prompt a model carries, if it carries one.
+fn with_trained(prompts: Prompts, trained: Option<&str>) -> Result<Prompts> {
+    Ok(match trained {
+        Some(source) => prompts.with_trained_prompt(source)?,
+        None => prompts,
+    })
+}
+
 fn render_messages(prompts: &Prompts, window: &Window, config: &ExtractConfig) -> Result<Vec<ChatMessage>> {
     Ok(prompts.render_extract(window, &config.prompt_options())?.to_messages())
 }
@@ -195,9 +203,8 @@ impl OpenAiExtractor {
     pub fn new(client: OpenAiClient, config: ExtractConfig) -> Result<Self> {
         let id = format!("openai:{}@{}", client.config().model, client.config().base_url);
         let trained = client.served_extract_prompt();
-        let mut prompts = Prompts::embedded()?;
-        if let Some(source) = &trained {
-            prompts = prompts.with_trained_prompt(source)?;
+        let prompts = with_trained(Prompts::embedded()?, trained.as_deref())?;
+        if trained.is_some() {
             tracing::info!(%id, "asking with the extraction prompt the served model carries");
         }
         Ok(Self { id, client, prompts, schema: config.json_schema(), config, trained })
@@ -211,10 +218,7 @@ impl OpenAiExtractor {
     /// Uses these prompts instead of the embedded ones (a prompt the model carries still
     /// replaces their extraction prompt).
     pub fn with_prompts(mut self, prompts: Prompts) -> Result<Self> {
-        self.prompts = match &self.trained {
-            Some(source) => prompts.with_trained_prompt(source)?,
-            None => prompts,
-        };
+        self.prompts = with_trained(prompts, self.trained.as_deref())?;
         Ok(self)
     }
 
@@ -266,7 +270,7 @@ mod local {
     use memkit_data::Window;
     use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, GGUF_PROMPT_KEY, Prompts};
 
-    use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages};
+    use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages, with_trained};
     use crate::chat::{ChatModel, ChatRequest, Reply};
     use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
     use crate::{Error, Result};
@@ -469,9 +473,8 @@ mod local {
         /// prompt is the one the GGUF carries, if it carries one.
         pub fn new(engine: LlamaEngine, config: ExtractConfig) -> Result<Self> {
             let trained = engine.meta_str(GGUF_PROMPT_KEY);
-            let mut prompts = Prompts::embedded()?;
-            if let Some(source) = &trained {
-                prompts = prompts.with_trained_prompt(source)?;
+            let prompts = with_trained(Prompts::embedded()?, trained.as_deref())?;
+            if trained.is_some() {
                 tracing::info!(model = %engine.model_meta()?.path.display(), "asking with the extraction prompt the model carries");
             }
             Ok(Self { chat: LocalChat::new(engine)?, prompts, schema: config.json_schema(), config, trained })
@@ -496,10 +499,7 @@ mod local {
         /// Uses these prompts instead of the embedded ones (a prompt the model carries still
         /// replaces their extraction prompt).
         pub fn with_prompts(mut self, prompts: Prompts) -> Result<Self> {
-            self.prompts = match &self.trained {
-                Some(source) => prompts.with_trained_prompt(source)?,
-                None => prompts,
-            };
+            self.prompts = with_trained(prompts, self.trained.as_deref())?;
             Ok(self)
         }
 
