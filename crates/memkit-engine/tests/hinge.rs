@@ -9,11 +9,13 @@ use chrono::{Duration, NaiveDate, NaiveDateTime};
 use memkit_engine::Retriever;
 use memkit_engine::dense::HashingEmbedder;
 use memkit_engine::hinge::{
-    BoundaryReason, HingeConfig, HingeIndex, NodeKind, RuleSegmenter, Segment, Segmenter, SegmenterConfig, build_hyperedges,
+    BoundaryReason, HingeConfig, HingeIndex, NodeKind, Part, RuleSegmenter, Segment, Segmenter, SegmenterConfig, build_hyperedges,
+    describe, unplaced_records,
 };
+use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::QueryType;
 use memkit_engine::store::{IngestBatch, MemoryStore, SqliteStore};
-use memkit_schema::{AnswerDim, Dialogue, ParsedQuery, Role, Session, Turn};
+use memkit_schema::{AnswerDim, Dialogue, MemoryRecord, MemoryType, ParsedQuery, Role, Session, Turn};
 
 fn at(y: i32, m: u32, d: u32, h: u32, min: u32) -> NaiveDateTime {
     NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_opt(h, min, 0).unwrap()
@@ -155,7 +157,7 @@ fn rule_segmenter_finds_each_kind_of_boundary() {
 fn hyperedges_carry_typed_nodes() {
     let d = fixture();
     let segments = RuleSegmenter::default().segment(&d).unwrap();
-    let edges = build_hyperedges(&d, &segments, 3);
+    let edges = build_hyperedges(&d, &segments, &raw_turn_records(&d), 3);
     assert_eq!(edges.len(), 6);
     let conference = &edges[1];
     assert_eq!(conference.persons, ["Bob", "Ann"]);
@@ -165,11 +167,18 @@ fn hyperedges_carry_typed_nodes() {
     assert_eq!(conference.boundary_reason, "location");
     assert!(edges[0].topics.contains(&"puppy".to_string()), "{:?}", edges[0].topics);
     assert_eq!(edges[5].persons, ["Cara", "Ann", "Bob"]);
-    assert!(edges[0].description.starts_with("Ann: Hey Bob!"));
+    assert_eq!(edges[0].members[0], "fixture/D1:1");
+    assert_eq!(edges[0].turn_ids.len(), edges[0].members.len());
+}
+
+/// Counts words: the fixture's descriptions are checked by hand in words.
+fn words(s: &str) -> usize {
+    s.split_whitespace().count()
 }
 
 fn index() -> HingeIndex {
-    HingeIndex::build(&fixture(), &RuleSegmenter::default(), HingeConfig::default()).unwrap()
+    let d = fixture();
+    HingeIndex::build(&d, &raw_turn_records(&d), &RuleSegmenter::default(), HingeConfig::default(), &words).unwrap()
 }
 
 fn query(anchor: &str) -> ParsedQuery {
@@ -235,10 +244,12 @@ fn hyperedges_and_salience_persist_in_the_store() {
     let mut store = SqliteStore::open_in_memory().unwrap();
     store.ingest(&IngestBatch { hyperedges: index.hyperedges().to_vec(), ..Default::default() }).unwrap();
     store.put_nodes(&index.stored_nodes()).unwrap();
-    let reloaded = HingeIndex::from_hyperedges(store.list_hyperedges().unwrap(), HingeConfig::default());
+    let records = raw_turn_records(&fixture());
+    let reloaded = HingeIndex::from_hyperedges(store.list_hyperedges().unwrap(), &records, HingeConfig::default(), &words);
     assert_eq!(reloaded.stored_nodes(), store.list_nodes().unwrap());
     let q = query("What breed is Ann's puppy Rex?");
     assert_eq!(reloaded.search(&q, 5).unwrap(), index.search(&q, 5).unwrap());
+    assert_eq!(reloaded.read(&q, QueryType::Precision), index.read(&q, QueryType::Precision));
 }
 
 #[test]
@@ -253,7 +264,7 @@ fn a_locomo_conversation_segments_sanely() {
     let reasons: HashSet<BoundaryReason> = segments.iter().map(|s| s.boundary_reason).collect();
     assert!(reasons.contains(&BoundaryReason::Topic), "{reasons:?}");
 
-    let index = HingeIndex::build(&d, &RuleSegmenter::default(), HingeConfig::default()).unwrap();
+    let index = HingeIndex::build(&d, &raw_turn_records(&d), &RuleSegmenter::default(), HingeConfig::default(), &words).unwrap();
     let mut seen = HashSet::new();
     for e in index.hyperedges() {
         for t in &e.turn_ids {
@@ -261,4 +272,109 @@ fn a_locomo_conversation_segments_sanely() {
         }
     }
     assert_eq!(seen.len(), d.len(), "every turn belongs to exactly one hyperedge");
+}
+
+fn record(id: &str, content: &str, turn: &str, memory_type: MemoryType) -> MemoryRecord {
+    let mut r = MemoryRecord { id: id.into(), content: content.into(), memory_type, dims: Default::default(), pointer: Default::default() };
+    r.pointer.turn_ids = vec![turn.into()];
+    r
+}
+
+#[test]
+fn descriptions_are_composed_within_the_cap() {
+    let edge = memkit_schema::Hyperedge {
+        persons: vec!["Ann".into(), "Bob".into()],
+        times: vec!["2023-05-09".into(), "2023-05-08".into()],
+        locations: vec!["Lisbon".into()],
+        topics: vec!["conference".into(), "robotics".into()],
+        ..Default::default()
+    };
+    let a = record("a", "Bob went to a conference in Lisbon.", "D1:6", MemoryType::Episodic);
+    let b = record("b", "Bob liked the robotics talks at the conference.", "D1:8", MemoryType::Episodic);
+    let c = record("c", "Ann likes tea.", "D1:9", MemoryType::Profile);
+    let members = [&a, &b, &c];
+    // Header: "Ann, Bob · 2023-05-08 to 2023-05-09 · Lisbon · conference, robotics · 2 episodic,
+    // 1 profile" is 16 words. b holds both topics (2), a one (1), c none: b is quoted first; then
+    // a (7 words) fits within 32 (16 + 8 + 7 = 31) and is printed before b, in member order.
+    let d = describe(&edge, &members, 32, &words);
+    assert_eq!(
+        d.text,
+        "Ann, Bob · 2023-05-08 to 2023-05-09 · Lisbon · conference, robotics · 2 episodic, 1 profile: \
+         Bob went to a conference in Lisbon. Bob liked the robotics talks at the conference."
+    );
+    assert_eq!(d.quoted, [0, 1]);
+    // At 30 words only b fits (16 + 8 = 24; a would make 31).
+    assert_eq!(describe(&edge, &members, 30, &words).quoted, [1]);
+    // Below the header's length the header is cut at a word and nothing is quoted.
+    let short = describe(&edge, &members, 5, &words);
+    assert_eq!(short.text, "Ann, Bob · 2023-05-08 to");
+    assert!(short.quoted.is_empty());
+}
+
+#[test]
+fn hyperedges_hold_rule_sentences_and_point_through_them() {
+    let d = fixture();
+    let records = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..Default::default() }).extract(&d);
+    let stray = record("stray", "Nobody said this.", "D9:9", MemoryType::Fact);
+    let mut all = records.clone();
+    all.push(stray);
+    assert_eq!(unplaced_records(&d, &all), 1);
+    let index = HingeIndex::build(&d, &all, &RuleSegmenter::default(), HingeConfig::default(), &words).unwrap();
+    // Every placed record is a member of exactly one hyperedge; the stray one of none.
+    let members: Vec<&String> = index.hyperedges().iter().flat_map(|e| &e.members).collect();
+    assert_eq!(members.len(), records.len());
+    assert!(!members.iter().any(|m| m.as_str() == "stray"));
+    // A hyperedge's pointers are its members' pointers.
+    for e in index.hyperedges() {
+        let mut from_members: Vec<String> = Vec::new();
+        for id in &e.members {
+            let r = records.iter().find(|r| &r.id == id).unwrap();
+            for t in &r.pointer.turn_ids {
+                if !from_members.contains(t) {
+                    from_members.push(t.clone());
+                }
+            }
+        }
+        assert_eq!(e.turn_ids, from_members);
+        assert!(words(&e.description) <= HingeConfig::default().description_tokens, "{}", e.description);
+    }
+}
+
+#[test]
+fn a_reading_takes_parts_best_first_and_never_repeats_a_quoted_member() {
+    let d = fixture();
+    let records = raw_turn_records(&d);
+    // A cap that quotes nothing, so the members carry the evidence.
+    let config = HingeConfig { description_tokens: 12, ..Default::default() };
+    let index = HingeIndex::build(&d, &records, &RuleSegmenter::default(), config, &words).unwrap();
+    let q = query("What breed is Ann's puppy Rex?");
+    let reading = index.read(&q, QueryType::Precision);
+    // The puppy segment opens first: its description, then its best member. "A puppy! What breed
+    // is Rex?" (D1:2) and "Rex is a beagle puppy" (D1:3) both match puppy and rex, D1:2 also the
+    // rare "breed" (one turn): D1:2 comes first.
+    let first_edge = index.search_typed(&q, QueryType::Precision, 1).unwrap()[0].doc;
+    assert_eq!(reading.parts[0], Part::Description(first_edge));
+    assert_eq!(index.part_turn_ids(reading.parts[1]), ["D1:2"]);
+    assert!(reading.opened_edges >= 1 && reading.opened_parts <= reading.parts.len());
+    // Every part once; every description before its members.
+    let mut seen = HashSet::new();
+    let mut described = HashSet::new();
+    for &part in &reading.parts {
+        assert!(seen.insert(part), "{part:?} twice");
+        match part {
+            Part::Description(e) => _ = described.insert(e),
+            Part::Member(r) => {
+                let e = index.hyperedges().iter().position(|e| e.members.contains(&index.records()[r].id)).unwrap();
+                assert!(described.contains(&e), "member {r} before its description");
+            }
+        }
+    }
+    // With a cap that quotes members, they are read in the description and not again.
+    let index = HingeIndex::build(&d, &records, &RuleSegmenter::default(), HingeConfig::default(), &words).unwrap();
+    let reading = index.read(&q, QueryType::Precision);
+    let mut turns: Vec<String> = reading.parts.iter().flat_map(|&p| index.part_turn_ids(p)).collect();
+    let n = turns.len();
+    turns.sort();
+    turns.dedup();
+    assert_eq!(turns.len(), n, "a turn is read twice");
 }

@@ -70,6 +70,7 @@ fn full_batch() -> IngestBatch {
         description: "user: I am flying to Paris.".into(),
         boundary_reason: "start".into(),
         turn_ids: vec!["s1:0".into(), "s1:1".into(), "s1:2".into()],
+        members: vec!["r1".into(), "r2".into()],
     }];
     batch
 }

@@ -275,10 +275,17 @@ pub enum SystemSpec {
         #[serde(default)]
         rule_extractor: RuleExtractorConfig,
     },
-    /// HingeMem: boundary-guided hyperedges over the turns, salience rerank, adaptive stop.
+    /// HingeMem: boundary-guided hyperedges over memory records, salience rerank, adaptive stop;
+    /// read part by part (descriptions and member records).
     Hinge {
         /// Report name.
         name: String,
+        /// Where the hyperedges' member records come from (default: raw turns).
+        #[serde(default = "raw_turns")]
+        records: RecordSource,
+        /// Settings of the rule extractor when `records = "rule"`.
+        #[serde(default)]
+        rule_extractor: RuleExtractorConfig,
         /// Merge, salience, rerank and stop settings (`[systems.hinge]`).
         #[serde(default)]
         hinge: HingeConfig,
@@ -288,10 +295,22 @@ pub enum SystemSpec {
     },
 }
 
+fn raw_turns() -> RecordSource {
+    RecordSource::RawTurns
+}
+
 impl SystemSpec {
     /// True when the system runs the dense route (it needs the embedder).
     pub fn uses_dense(&self) -> bool {
         matches!(self, SystemSpec::Engine { retrieval, .. } if retrieval.uses_dense())
+    }
+
+    /// Where the system's records come from (engine and HingeMem systems).
+    pub fn record_source(&self) -> Option<&RecordSource> {
+        match self {
+            SystemSpec::Engine { records, .. } | SystemSpec::Hinge { records, .. } => Some(records),
+            _ => None,
+        }
     }
 
     /// The report name.
@@ -336,7 +355,7 @@ impl EvalRecipe {
                 return Err(format!("two systems are named {:?}: names must be unique", s.name()));
             }
             let uses_observations =
-                matches!(s, SystemSpec::Bm25Observations { .. } | SystemSpec::Engine { records: RecordSource::Observations, .. });
+                matches!(s, SystemSpec::Bm25Observations { .. }) || s.record_source() == Some(&RecordSource::Observations);
             if uses_observations && !matches!(self.dataset, DatasetSpec::Locomo { .. }) {
                 return Err(format!("system {:?} uses LoCoMo observations, but the dataset is not LoCoMo", s.name()));
             }

@@ -12,7 +12,9 @@
 //!   the question text.
 //! - `engine`: records from a [`RecordSource`], the rule query parser, DimMem's tri-path routes
 //!   and fusion; optionally HingeMem's adaptive stop on the fused list.
-//! - `hinge`: boundary-guided hyperedges over the turns, salience rerank, adaptive stop.
+//! - `hinge`: boundary-guided hyperedges over records from a [`RecordSource`], salience rerank,
+//!   adaptive stop; its units are the hyperedges' descriptions and member records, in the order
+//!   [`HingeIndex::read`] gives.
 //!
 //! "Context tokens per query" is, for systems that stop adaptively, the tokens of the list they
 //! return; for ranked systems, the tokens taken at the largest budget; for full context, the whole
@@ -29,7 +31,7 @@ use memkit_data::{LocomoSample, LongMemEvalItem, Question};
 use memkit_engine::bm25::Bm25Index;
 use memkit_engine::dense::{CachedEmbedder, DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
-use memkit_engine::hinge::{HingeConfig, HingeIndex, RuleSegmenter};
+use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
@@ -113,8 +115,13 @@ impl Unit {
 enum Ranker {
     Chronological,
     Bm25(Bm25Index),
-    Engine { tri: Box<TriPath>, adaptive: bool },
-    Hinge { index: Box<HingeIndex>, stop: StopConfig },
+    Engine {
+        tri: Box<TriPath>,
+        adaptive: bool,
+    },
+    /// Units are the hyperedges' descriptions (one per hyperedge, in order), then their member
+    /// records.
+    Hinge(Box<HingeIndex>),
 }
 
 /// One system prepared over one dialogue.
@@ -149,16 +156,19 @@ impl Prepared {
                     Ranking { order: hits_to(&hits), stop: None }
                 }
             }
-            Ranker::Hinge { index, stop } => {
+            Ranker::Hinge(index) => {
                 let parsed = RuleQueryParser.parse(question, date)?;
-                let query_type = classify_query(question);
-                let hits = index.search_typed(&parsed, query_type, self.units.len())?;
-                // HingeMem's list keeps its own order (segments, then their elements) and is cut
-                // at the adaptive count. Taking its best-scored hits instead lowered recall at
-                // 4,000 tokens from 0.828 to 0.665 on LoCoMo: the order carries what the scores
-                // do not (issue 18 leaves this open).
-                let cut = adaptive_stop(&hits, query_type, stop).len();
-                Ranking { order: hits_to(&hits), stop: Some(cut) }
+                let reading = index.read(&parsed, classify_query(question));
+                let edges = index.hyperedges().len();
+                let order = reading
+                    .parts
+                    .iter()
+                    .map(|&part| match part {
+                        Part::Description(e) => e,
+                        Part::Member(r) => edges + r,
+                    })
+                    .collect();
+                Ranking { order, stop: Some(reading.opened_parts) }
             }
         })
     }
@@ -191,23 +201,12 @@ fn records_for(
     })
 }
 
-fn turn_text(dialogue: &Dialogue) -> HashMap<&str, String> {
-    dialogue
-        .sessions
-        .iter()
-        .flat_map(|s| s.turns.iter())
-        .map(|t| {
-            let day = t.timestamp.map(|d| format!("[{}] ", d.format("%Y-%m-%d"))).unwrap_or_default();
-            (t.id.as_str(), format!("{day}{}: {}", t.speaker, t.text))
-        })
-        .collect()
-}
-
 fn prepare(
     system: &SystemSpec,
     dialogue: &Dialogue,
     sample: Option<&LocomoSample>,
     embedder: Option<&Arc<dyn Embedder>>,
+    counter: &TokenCounter,
 ) -> Result<Prepared> {
     Ok(match system {
         SystemSpec::FullContext { .. } => Prepared {
@@ -242,19 +241,18 @@ fn prepare(
                 pointers,
             }
         }
-        SystemSpec::Hinge { hinge, segmenter, .. } => {
-            let config = HingeConfig { adaptive: false, ..*hinge };
-            let index = HingeIndex::build(dialogue, &RuleSegmenter::new(*segmenter), config)?;
-            let texts = turn_text(dialogue);
-            let units = index
+        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, .. } => {
+            let records = records_for(source, *rule_extractor, dialogue, sample)?;
+            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+            let index = HingeIndex::build(dialogue, &records, &RuleSegmenter::new(*segmenter), *hinge, &|text| counter.count(text))?;
+            let mut units: Vec<Unit> = index
                 .hyperedges()
                 .iter()
-                .map(|e| {
-                    let text = e.turn_ids.iter().filter_map(|id| texts.get(id.as_str()).cloned()).collect::<Vec<_>>().join("\n");
-                    Unit::new(text, e.turn_ids.clone())
-                })
+                .enumerate()
+                .map(|(e, edge)| Unit::new(edge.description.clone(), index.part_turn_ids(Part::Description(e))))
                 .collect();
-            Prepared { units, ranker: Ranker::Hinge { index: Box::new(index), stop: hinge.stop }, pointers: None }
+            units.extend(index.records().iter().map(Unit::from_record));
+            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers }
         }
     })
 }
@@ -572,7 +570,7 @@ fn run_locomo(
         reporter.start(system.name(), total as u64);
         let mut tally = Tally::new(&recipe.budgets, None);
         for sample in samples {
-            let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref())?;
+            let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref(), counter)?;
             tally.add_dialogue(&prepared);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
@@ -607,7 +605,7 @@ fn run_locomo(
 /// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
 /// there is one.
 fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
-    let SystemSpec::Engine { records: RecordSource::File(path), .. } = system else { return Ok(()) };
+    let Some(RecordSource::File(path)) = system.record_source() else { return Ok(()) };
     // Records of dialogues this run does not evaluate are skipped: count them and say so.
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
     let mut outside = 0usize;
@@ -731,7 +729,7 @@ fn run_longmemeval(
         let mut tally = Tally::new(&recipe.budgets, Some(&recipe.ks));
         for item in &items {
             let q: &Question = &item.question;
-            let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref())?;
+            let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref(), counter)?;
             tally.add_dialogue(&prepared);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
@@ -832,7 +830,7 @@ mod tests {
             .collect();
         let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at(10), turns }] };
         let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
-        let prepared = prepare(&system, &dialogue, None, None).unwrap();
+        let prepared = prepare(&system, &dialogue, None, None, &TokenCounter::o200k().unwrap()).unwrap();
         let question = "When did Ann move to Paris and start at the bakery?";
         let ranking = prepared.rank(question, at(20)).unwrap();
         let Ranker::Engine { tri, .. } = &prepared.ranker else { panic!("an engine system") };

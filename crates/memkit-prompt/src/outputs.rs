@@ -53,6 +53,7 @@ impl SegmentRecord {
             description: self.description,
             boundary_reason: self.boundary_reason,
             turn_ids,
+            members: Vec::new(),
         }
     }
 }

@@ -46,7 +46,8 @@ pub struct ParsedQuery {
     pub answer_dim: AnswerDim,
 }
 
-/// A HingeMem hyperedge: a dialogue segment between two boundaries, over typed element nodes.
+/// A HingeMem hyperedge: a dialogue segment between two boundaries, over typed element nodes,
+/// holding the memory records extracted from its turns.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Hyperedge {
@@ -66,4 +67,7 @@ pub struct Hyperedge {
     pub boundary_reason: String,
     /// Dataset turn ids covered by the segment.
     pub turn_ids: Vec<String>,
+    /// Ids of the memory records the hyperedge holds (empty for one built without records).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
 }

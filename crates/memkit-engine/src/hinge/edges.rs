@@ -2,10 +2,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use memkit_schema::{Dialogue, Hyperedge, Turn};
+use memkit_schema::{Dialogue, Hyperedge, MemoryRecord, Turn};
 use serde::{Deserialize, Serialize};
 
-use super::segment::{Segment, extract_locations, turn_text};
+use super::segment::{Segment, extract_locations};
 use crate::text::content_tokens;
 use crate::update::jaccard;
 
@@ -129,21 +129,39 @@ const NOT_TOPICS: &[&str] = &[
     "right",
 ];
 
-/// One hyperedge per segment: speakers as persons, message days as times, cued places as
-/// locations, the `topics_per_edge` highest tf·idf content words (idf across this dialogue's
-/// segments) as topics, and the segment's turns (`Speaker: text`, one per line) as its
-/// description, since the rule segmenter has no summariser and retrieval needs the words.
-pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], topics_per_edge: usize) -> Vec<Hyperedge> {
+/// One hyperedge per segment over the memory records extracted from its turns (raw-turn records
+/// give one member per turn): the segment's speakers as persons, its message days and the
+/// members' times as times, the members' locations and the places their contents cue as
+/// locations, the `topics_per_edge` highest tf·idf content words of the members' contents and
+/// keywords (idf across this dialogue's segments) as topics, the members' ids as `members` and
+/// their pointers as `turn_ids`.
+///
+/// A record belongs to the segment of the first of its turns that the dialogue has; records
+/// pointing at no turn of the dialogue are left out (see [`unplaced_records`]), and a segment
+/// without records gets no hyperedge. The description is left empty: [`describe`] composes it
+/// once merging has settled the members.
+pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], records: &[MemoryRecord], topics_per_edge: usize) -> Vec<Hyperedge> {
     let turns: Vec<&Turn> = dialogue.turns().collect();
     let session_of: Vec<usize> = dialogue.sessions.iter().enumerate().flat_map(|(i, s)| std::iter::repeat_n(i, s.turns.len())).collect();
     let speakers: HashSet<String> = turns.iter().map(|t| t.speaker.to_lowercase()).collect();
+    let mut segment_of: HashMap<&str, usize> = HashMap::new();
+    for (k, seg) in segments.iter().enumerate() {
+        for t in &turns[seg.turns.clone()] {
+            segment_of.insert(t.id.as_str(), k);
+        }
+    }
+    let mut members: Vec<Vec<&MemoryRecord>> = vec![Vec::new(); segments.len()];
+    for r in records {
+        if let Some(&k) = r.pointer.turn_ids.iter().find_map(|t| segment_of.get(t.as_str())) {
+            members[k].push(r);
+        }
+    }
 
-    let seg_tokens: Vec<Vec<String>> = segments
+    let seg_tokens: Vec<Vec<String>> = members
         .iter()
-        .map(|s| {
-            turns[s.turns.clone()]
-                .iter()
-                .flat_map(|t| content_tokens(&turn_text(t)))
+        .map(|rs| {
+            rs.iter()
+                .flat_map(|r| content_tokens(&r.content).into_iter().chain(r.dims.keywords.iter().flat_map(|k| content_tokens(k))))
                 .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
                 .filter(|w| !speakers.contains(w) && !NOT_TOPICS.contains(&w.as_str()))
                 .collect()
@@ -155,11 +173,12 @@ pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], topics_per_ed
             *df.entry(w).or_default() += 1;
         }
     }
-    let n = segments.len().max(1) as f32;
+    let n = segments.iter().zip(&members).filter(|(_, m)| !m.is_empty()).count().max(1) as f32;
 
     segments
         .iter()
         .enumerate()
+        .filter(|(k, _)| !members[*k].is_empty())
         .map(|(k, seg)| {
             let seg_turns = &turns[seg.turns.clone()];
             let mut persons: Vec<String> = Vec::new();
@@ -171,8 +190,22 @@ pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], topics_per_ed
                 if let Some(day) = day {
                     push_unique(&mut times, &day);
                 }
-                for l in extract_locations(&turn_text(t), &speakers) {
+            }
+            let mut turn_ids: Vec<String> = Vec::new();
+            for r in &members[k] {
+                if !r.dims.time.is_empty() {
+                    push_unique(&mut times, &r.dims.time);
+                }
+                if !r.dims.location.is_empty() {
+                    push_unique(&mut locations, &r.dims.location);
+                }
+                for l in extract_locations(&r.content, &speakers) {
                     push_unique(&mut locations, &l);
+                }
+                for t in &r.pointer.turn_ids {
+                    if !turn_ids.contains(t) {
+                        turn_ids.push(t.clone());
+                    }
                 }
             }
             let mut tf: BTreeMap<&str, usize> = BTreeMap::new();
@@ -188,12 +221,99 @@ pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], topics_per_ed
                 times,
                 locations,
                 topics,
-                description: seg_turns.iter().map(|t| format!("{}: {}", t.speaker, turn_text(t))).collect::<Vec<_>>().join("\n"),
+                description: String::new(),
                 boundary_reason: seg.boundary_reason.as_str().to_string(),
-                turn_ids: seg_turns.iter().map(|t| t.id.clone()).collect(),
+                turn_ids,
+                members: members[k].iter().map(|r| r.id.clone()).collect(),
             }
         })
         .collect()
+}
+
+/// How many records point at no turn of the dialogue (they join no hyperedge).
+pub fn unplaced_records(dialogue: &Dialogue, records: &[MemoryRecord]) -> usize {
+    let ids: HashSet<&str> = dialogue.turns().map(|t| t.id.as_str()).collect();
+    records.iter().filter(|r| !r.pointer.turn_ids.iter().any(|t| ids.contains(t.as_str()))).count()
+}
+
+/// A hyperedge's compact description and the members it quotes in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    /// The text, at most the cap in tokens.
+    pub text: String,
+    /// Positions in the `members` given to [`describe`] of the records quoted, in that order.
+    pub quoted: Vec<usize>,
+}
+
+/// Composes a hyperedge's description within `cap` tokens (as `count` counts them): a header of
+/// its persons, days (first and last), locations, topics and member types, then the contents of
+/// its most salient members (most of the edge's topic words, earlier first on ties) while they
+/// fit, in dialogue order:
+///
+/// `Ann, Bob · 2023-05-08 · Lisbon · conference, talk · 2 episodic, 1 profile: Bob gave a talk…`
+///
+/// A header longer than the cap is cut at a word. Quoted members are listed in `quoted`, so a
+/// reader can skip them once the description is read.
+pub fn describe(edge: &Hyperedge, members: &[&MemoryRecord], cap: usize, count: &dyn Fn(&str) -> usize) -> Description {
+    let mut fields: Vec<String> = Vec::new();
+    if !edge.persons.is_empty() {
+        fields.push(edge.persons.join(", "));
+    }
+    let mut days: Vec<&str> = edge.times.iter().map(String::as_str).filter(|t| !t.is_empty()).collect();
+    days.sort_unstable();
+    match days.as_slice() {
+        [] => {}
+        [one] => fields.push((*one).to_string()),
+        [first, .., last] => fields.push(format!("{first} to {last}")),
+    }
+    if !edge.locations.is_empty() {
+        fields.push(edge.locations.join(", "));
+    }
+    if !edge.topics.is_empty() {
+        fields.push(edge.topics.join(", "));
+    }
+    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in members {
+        *types.entry(r.memory_type.as_str()).or_default() += 1;
+    }
+    if !types.is_empty() {
+        fields.push(types.iter().map(|(t, n)| format!("{n} {t}")).collect::<Vec<_>>().join(", "));
+    }
+    let mut header = fields.join(" · ");
+    while !header.is_empty() && count(&header) > cap {
+        header = header.rsplit_once(' ').map_or(String::new(), |(h, _)| h.to_string());
+    }
+
+    let topics: HashSet<&str> = edge.topics.iter().map(String::as_str).collect();
+    let mut salient: Vec<(usize, usize)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, content_tokens(&r.content).iter().filter(|w| topics.contains(w.as_str())).count()))
+        .filter(|&(_, hits)| hits > 0)
+        .collect();
+    salient.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut quoted: Vec<usize> = Vec::new();
+    let mut text = header.clone();
+    for (i, _) in salient {
+        let mut chosen = quoted.clone();
+        chosen.push(i);
+        chosen.sort_unstable();
+        let candidate = compose(&header, members, &chosen);
+        if count(&candidate) <= cap {
+            quoted = chosen;
+            text = candidate;
+        }
+    }
+    Description { text, quoted }
+}
+
+fn compose(header: &str, members: &[&MemoryRecord], quoted: &[usize]) -> String {
+    let body = quoted.iter().map(|&i| members[i].content.trim()).collect::<Vec<_>>().join(" ");
+    match (header.is_empty(), body.is_empty()) {
+        (_, true) => header.to_string(),
+        (true, false) => body,
+        (false, false) => format!("{header}: {body}"),
+    }
 }
 
 fn push_unique(list: &mut Vec<String>, value: &str) {
@@ -218,7 +338,7 @@ pub fn field_jaccard(a: &Hyperedge, b: &Hyperedge) -> f32 {
 
 /// Merges hyperedges while some pair has field-aware Jaccard strictly above `threshold`
 /// (HingeMem: 0.8). Each pass folds every edge into the first earlier kept edge it exceeds the
-/// threshold with (fields united, descriptions and turn ids concatenated, the earlier id and
+/// threshold with (fields united, descriptions, turn ids and members concatenated, the earlier id and
 /// boundary reason kept); passes repeat until one changes nothing, so merges can cascade.
 pub fn merge_hyperedges(edges: Vec<Hyperedge>, threshold: f32) -> Vec<Hyperedge> {
     let mut current = edges;
@@ -258,6 +378,11 @@ fn absorb(target: &mut Hyperedge, edge: Hyperedge) {
     for t in edge.turn_ids {
         if !target.turn_ids.contains(&t) {
             target.turn_ids.push(t);
+        }
+    }
+    for m in edge.members {
+        if !target.members.contains(&m) {
+            target.members.push(m);
         }
     }
 }

@@ -2,10 +2,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use memkit_schema::{AnswerDim, Dialogue, Hyperedge, ParsedQuery, TimeSpan};
+use memkit_schema::{AnswerDim, Dialogue, Hyperedge, MemoryRecord, ParsedQuery, TimeSpan};
 use serde::{Deserialize, Serialize};
 
-use super::edges::{Node, NodeKind, SalienceWeights, build_hyperedges, edge_nodes, merge_hyperedges, node_salience};
+use super::edges::{
+    Node, NodeKind, SalienceWeights, build_hyperedges, describe, edge_nodes, merge_hyperedges, node_salience, unplaced_records,
+};
 use super::segment::Segmenter;
 use crate::bm25::{Bm25Index, Bm25Params};
 use crate::stopping::{QueryType, StopConfig, adaptive_stop, classify_query, sort_hits};
@@ -35,6 +37,8 @@ pub struct HingeConfig {
     pub k1: f32,
     /// BM25 length normalisation.
     pub b: f32,
+    /// Token cap of a hyperedge's composed description (0: no description, members only).
+    pub description_tokens: usize,
 }
 
 impl Default for HingeConfig {
@@ -49,6 +53,7 @@ impl Default for HingeConfig {
             stop: StopConfig::default(),
             k1: 1.2,
             b: 0.75,
+            description_tokens: 64,
         }
     }
 }
@@ -115,7 +120,8 @@ pub fn element_priority(query: &ParsedQuery, query_type: QueryType) -> ElementPr
 /// priority `π` ([`element_priority`]), each hyperedge `e` gets
 ///
 /// - `ξ(e)`: BM25 of the query's content tokens (anchor, keywords, location) over the edge's
-///   description and node names, divided by the best `ξ` of the query, so `ξ ∈ [0, 1]`;
+///   description, its members' contents and its node names, divided by the best `ξ` of the
+///   query, so `ξ ∈ [0, 1]`;
 /// - `Ω_S(e) = λ_S · Σ_{k∈K} π_k · max_{v ∈ M_k(e)} (1 + s(v))/2 / Σ_{k∈K} π_k`, where `M_k(e)`
 ///   are the edge's nodes of kind `k` that the query matches, `K` the kinds the query matches in
 ///   any hyperedge, and `s` is [`node_salience`]. A match is worth at least half, salience adds
@@ -133,6 +139,9 @@ pub fn element_priority(query: &ParsedQuery, query_type: QueryType) -> ElementPr
 /// A node matches when: a person's name token is in the query; a topic word is in the query; all
 /// tokens of a location are in the query (or in its location field); a time's day satisfies the
 /// query's time constraint.
+///
+/// [`HingeIndex::read`] turns the ranking into what a reader takes under a budget: the parts of
+/// the hyperedges (descriptions and member records), best first.
 #[derive(Debug, Clone)]
 pub struct HingeIndex {
     edges: Vec<Hyperedge>,
@@ -140,22 +149,73 @@ pub struct HingeIndex {
     salience: HashMap<Node, f32>,
     topic_df: HashMap<String, usize>,
     bm25: Bm25Index,
+    /// The member records of all hyperedges.
+    records: Vec<MemoryRecord>,
+    /// Per hyperedge: its members, as positions in `records`.
+    members: Vec<Vec<usize>>,
+    /// Per hyperedge: the members its description quotes in full.
+    quoted: Vec<Vec<usize>>,
+    /// Per member record: its hyperedge.
+    record_edge: Vec<usize>,
+    /// BM25 over the member records' contents.
+    record_bm25: Bm25Index,
     config: HingeConfig,
 }
 
+/// A piece of a hyperedge that a reader takes: its description or one member record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// The description of the hyperedge at this position in [`HingeIndex::hyperedges`].
+    Description(usize),
+    /// The member record at this position in [`HingeIndex::records`].
+    Member(usize),
+}
+
+/// What a reader takes for a query, best first ([`HingeIndex::read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    /// Parts of the opened hyperedges, then of the other matched ones.
+    pub parts: Vec<Part>,
+    /// How many of `parts` belong to the hyperedges the adaptive stop opened.
+    pub opened_parts: usize,
+    /// How many hyperedges the adaptive stop opened.
+    pub opened_edges: usize,
+}
+
 impl HingeIndex {
-    /// Segments a dialogue, builds and merges its hyperedges, and indexes them.
+    /// Segments a dialogue, builds hyperedges over its records (use
+    /// [`crate::rule_extractor::raw_turn_records`] for raw turns), merges them, composes their
+    /// descriptions within [`HingeConfig::description_tokens`] as `count` counts tokens, and
+    /// indexes them.
     #[tracing::instrument(skip_all, fields(dialogue = %dialogue.id))]
-    pub fn build(dialogue: &Dialogue, segmenter: &dyn Segmenter, config: HingeConfig) -> Result<Self> {
+    pub fn build(
+        dialogue: &Dialogue,
+        records: &[MemoryRecord],
+        segmenter: &dyn Segmenter,
+        config: HingeConfig,
+        count: &dyn Fn(&str) -> usize,
+    ) -> Result<Self> {
         let segments = segmenter.segment(dialogue)?;
-        let edges = build_hyperedges(dialogue, &segments, config.topics_per_edge);
-        let merged = merge_hyperedges(edges, config.merge_threshold);
+        let unplaced = unplaced_records(dialogue, records);
+        if unplaced > 0 {
+            tracing::warn!(unplaced, records = records.len(), "records point at no turn of the dialogue; they join no hyperedge");
+        }
+        let edges = build_hyperedges(dialogue, &segments, records, config.topics_per_edge);
+        let mut merged = merge_hyperedges(edges, config.merge_threshold);
+        let by_id: HashMap<&str, &MemoryRecord> = records.iter().map(|r| (r.id.as_str(), r)).collect();
+        for edge in &mut merged {
+            let members: Vec<&MemoryRecord> = edge.members.iter().filter_map(|id| by_id.get(id.as_str()).copied()).collect();
+            edge.description =
+                if config.description_tokens > 0 { describe(edge, &members, config.description_tokens, count).text } else { String::new() };
+        }
         tracing::debug!(segments = segments.len(), hyperedges = merged.len(), "built hyperedges");
-        Ok(Self::from_hyperedges(merged, config))
+        Ok(Self::from_hyperedges(merged, records, config, count))
     }
 
-    /// Indexes hyperedges as they are (e.g. loaded from a store); computes salience.
-    pub fn from_hyperedges(edges: Vec<Hyperedge>, config: HingeConfig) -> Self {
+    /// Indexes hyperedges as they are (e.g. loaded from a store) with the records their
+    /// `members` name (ids not among `records` are skipped); computes salience and which members
+    /// each description quotes.
+    pub fn from_hyperedges(edges: Vec<Hyperedge>, records: &[MemoryRecord], config: HingeConfig, count: &dyn Fn(&str) -> usize) -> Self {
         let nodes: Vec<Vec<Node>> = edges.iter().map(edge_nodes).collect();
         let salience = node_salience(&edges, &config.salience);
         let mut topic_df: HashMap<String, usize> = HashMap::new();
@@ -164,11 +224,31 @@ impl HingeIndex {
                 *topic_df.entry(n.name.clone()).or_default() += 1;
             }
         }
+        let by_id: HashMap<&str, &MemoryRecord> = records.iter().map(|r| (r.id.as_str(), r)).collect();
+        let mut kept: Vec<MemoryRecord> = Vec::new();
+        let mut members: Vec<Vec<usize>> = Vec::with_capacity(edges.len());
+        let mut quoted: Vec<Vec<usize>> = Vec::with_capacity(edges.len());
+        for edge in &edges {
+            let mine: Vec<&MemoryRecord> = edge.members.iter().filter_map(|id| by_id.get(id.as_str()).copied()).collect();
+            let first = kept.len();
+            kept.extend(mine.iter().map(|r| (*r).clone()));
+            members.push((first..kept.len()).collect());
+            // The description quotes what `describe` chose; recomputing it tells which members.
+            let described = describe(edge, &mine, config.description_tokens, count);
+            let q = if !edge.description.is_empty() && described.text == edge.description {
+                described.quoted.iter().map(|&i| first + i).collect()
+            } else {
+                Vec::new()
+            };
+            quoted.push(q);
+        }
         let docs: Vec<Vec<String>> = edges
             .iter()
             .zip(&nodes)
-            .map(|(e, ns)| {
+            .zip(&members)
+            .map(|((e, ns), ms)| {
                 let mut t = content_tokens(&e.description);
+                t.extend(ms.iter().flat_map(|&m| content_tokens(&kept[m].content)));
                 t.extend(ns.iter().flat_map(|n| content_tokens(&n.name)));
                 t
             })
@@ -177,12 +257,44 @@ impl HingeIndex {
         for doc in &docs {
             bm25.add_terms(doc);
         }
-        HingeIndex { edges, nodes, salience, topic_df, bm25, config }
+        let mut record_bm25 = Bm25Index::new(Bm25Params { k1: config.k1, b: config.b });
+        for r in &kept {
+            record_bm25.add_terms(&content_tokens(&r.content));
+        }
+        let mut record_edge = vec![0; kept.len()];
+        for (e, ms) in members.iter().enumerate() {
+            for &m in ms {
+                record_edge[m] = e;
+            }
+        }
+        HingeIndex { edges, nodes, salience, topic_df, bm25, records: kept, members, quoted, record_edge, record_bm25, config }
     }
 
     /// The indexed hyperedges; a [`Hit::doc`] indexes this slice.
     pub fn hyperedges(&self) -> &[Hyperedge] {
         &self.edges
+    }
+
+    /// The member records of all hyperedges; a [`Part::Member`] indexes this slice.
+    pub fn records(&self) -> &[MemoryRecord] {
+        &self.records
+    }
+
+    /// The turn ids a part points to: a member's pointer, or the pointers of the members a
+    /// description quotes (none when it quotes none).
+    pub fn part_turn_ids(&self, part: Part) -> Vec<String> {
+        match part {
+            Part::Member(r) => self.records[r].pointer.turn_ids.clone(),
+            Part::Description(e) => {
+                let mut out: Vec<String> = Vec::new();
+                for t in self.quoted[e].iter().flat_map(|&r| &self.records[r].pointer.turn_ids) {
+                    if !out.contains(t) {
+                        out.push(t.clone());
+                    }
+                }
+                out
+            }
+        }
     }
 
     /// The dataset turn ids a hit covers (for evidence recall).
@@ -214,11 +326,78 @@ impl HingeIndex {
         if self.edges.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let mut terms: Vec<String> = content_tokens(&query.query_anchor);
-        terms.extend(query.keywords.iter().flat_map(|k| content_tokens(k)));
-        terms.extend(content_tokens(&query.location));
-        let mut seen = HashSet::new();
-        terms.retain(|t| seen.insert(t.clone()));
+        let hits = self.score_edges(query, query_type);
+        let mut ranked = if self.config.adaptive {
+            adaptive_stop(&hits, query_type, &self.config.stop)
+        } else {
+            let mut hits = hits;
+            sort_hits(&mut hits);
+            hits
+        };
+        ranked.truncate(k);
+        Ok(ranked)
+    }
+
+    /// What a reader takes for a query of a known type, best first.
+    ///
+    /// The hyperedges are ranked by `ξ̂` and the adaptive stop for `τ` opens the first `n` of
+    /// them (all matched ones when [`HingeConfig::adaptive`] is off). Each member record gets
+    /// `ξ̂(e) / max ξ̂ + bm25(m) / max bm25`: its hyperedge's score plus its own BM25 against the
+    /// query over all members, both scaled to `[0, 1]`. The members of the opened hyperedges come
+    /// first, best first, then those of the other matched hyperedges. A hyperedge's description
+    /// comes right before its first member, or where its best quoted member would be; members
+    /// the description quotes are not repeated. So a budget takes the best parts first and never
+    /// needs a whole segment to fit.
+    pub fn read(&self, query: &ParsedQuery, query_type: QueryType) -> Reading {
+        let mut hits = self.score_edges(query, query_type);
+        sort_hits(&mut hits);
+        let opened_edges = if self.config.adaptive { adaptive_stop(&hits, query_type, &self.config.stop).len() } else { hits.len() };
+        let record_scores = self.record_bm25.scores(&query_terms(query));
+        let max_record = record_scores.iter().copied().fold(0.0f32, f32::max);
+        let max_edge = hits.first().map_or(0.0, |h| h.score);
+        let scale = |x: f32, max: f32| if max > 0.0 { x / max } else { 0.0 };
+
+        let mut parts = Vec::new();
+        let mut opened_parts = 0;
+        for (group, edge_hits) in [&hits[..opened_edges], &hits[opened_edges..]].into_iter().enumerate() {
+            // (score, edge rank, position, part): descriptions sort before members on ties.
+            let mut scored: Vec<(f32, usize, usize, Part)> = Vec::new();
+            for (rank, hit) in edge_hits.iter().enumerate() {
+                let e = hit.doc;
+                let edge_score = scale(hit.score, max_edge);
+                let quoted = &self.quoted[e];
+                let best_quoted = quoted.iter().map(|&r| scale(record_scores[r], max_record)).fold(f32::NEG_INFINITY, f32::max);
+                if !self.edges[e].description.is_empty() {
+                    scored.push((edge_score + best_quoted.max(0.0), rank, 0, Part::Description(e)));
+                }
+                for (pos, &r) in self.members[e].iter().enumerate().filter(|(_, r)| !quoted.contains(r)) {
+                    scored.push((edge_score + scale(record_scores[r], max_record), rank, pos + 1, Part::Member(r)));
+                }
+            }
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let mut described: HashSet<usize> = HashSet::new();
+            for (_, _, _, part) in scored {
+                let edge = match part {
+                    Part::Description(e) => e,
+                    Part::Member(r) => self.record_edge[r],
+                };
+                if described.insert(edge) && !self.edges[edge].description.is_empty() {
+                    parts.push(Part::Description(edge));
+                }
+                if let Part::Member(_) = part {
+                    parts.push(part);
+                }
+            }
+            if group == 0 {
+                opened_parts = parts.len();
+            }
+        }
+        Reading { parts, opened_parts, opened_edges }
+    }
+
+    /// `ξ̂` of every hyperedge the query reaches (`ξ > 0` or a matched node), unsorted.
+    fn score_edges(&self, query: &ParsedQuery, query_type: QueryType) -> Vec<Hit> {
+        let terms = query_terms(query);
         let term_set: HashSet<&str> = terms.iter().map(String::as_str).collect();
 
         let base = self.bm25.scores(&terms);
@@ -268,15 +447,18 @@ impl HingeIndex {
             };
             hits.push(Hit { doc, score: xi + omega_s + omega_t });
         }
-        let mut ranked = if self.config.adaptive {
-            adaptive_stop(&hits, query_type, &self.config.stop)
-        } else {
-            sort_hits(&mut hits);
-            hits
-        };
-        ranked.truncate(k);
-        Ok(ranked)
+        hits
     }
+}
+
+/// The query's content tokens (anchor, keywords, location), each once.
+fn query_terms(query: &ParsedQuery) -> Vec<String> {
+    let mut terms: Vec<String> = content_tokens(&query.query_anchor);
+    terms.extend(query.keywords.iter().flat_map(|k| content_tokens(k)));
+    terms.extend(content_tokens(&query.location));
+    let mut seen = HashSet::new();
+    terms.retain(|t| seen.insert(t.clone()));
+    terms
 }
 
 fn node_matches(v: &Node, terms: &HashSet<&str>, query: &ParsedQuery, location_query: &str) -> bool {
