@@ -292,6 +292,10 @@ pub enum SystemSpec {
         /// Boundary rules (`[systems.segmenter]`).
         #[serde(default)]
         segmenter: SegmenterConfig,
+        /// Find topic shifts by sentence embeddings of adjacent turn windows rather than by token
+        /// overlap (needs the embedder).
+        #[serde(default)]
+        embedding_topics: bool,
     },
 }
 
@@ -300,9 +304,13 @@ fn raw_turns() -> RecordSource {
 }
 
 impl SystemSpec {
-    /// True when the system runs the dense route (it needs the embedder).
+    /// True when the system needs the sentence embedder (the dense route, embedding topic shifts).
     pub fn uses_dense(&self) -> bool {
-        matches!(self, SystemSpec::Engine { retrieval, .. } if retrieval.uses_dense())
+        match self {
+            SystemSpec::Engine { retrieval, .. } => retrieval.uses_dense(),
+            SystemSpec::Hinge { embedding_topics, .. } => *embedding_topics,
+            _ => false,
+        }
     }
 
     /// Where the system's records come from (engine and HingeMem systems).

@@ -241,10 +241,19 @@ fn prepare(
                 pointers,
             }
         }
-        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, .. } => {
+        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, .. } => {
             let records = records_for(source, *rule_extractor, dialogue, sample)?;
             let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
-            let index = HingeIndex::build(dialogue, &records, &RuleSegmenter::new(*segmenter), *hinge, &|text| counter.count(text))?;
+            let mut rules = RuleSegmenter::new(*segmenter);
+            if *embedding_topics {
+                rules = rules.with_embedder(embedder.ok_or_else(|| {
+                    Error::Dataset(format!(
+                        "system {:?} finds topic shifts by embeddings, but no embedder is installed (run `just models`)",
+                        system.name()
+                    ))
+                })?);
+            }
+            let index = HingeIndex::build(dialogue, &records, &rules, *hinge, &|text| counter.count(text))?;
             let mut units: Vec<Unit> = index
                 .hyperedges()
                 .iter()
@@ -273,6 +282,8 @@ struct Tally {
     session: Option<LongMemEvalMeans>,
     turn: Option<LongMemEvalMeans>,
     pointers: Option<PointerTally>,
+    /// Tokens of every HingeMem description.
+    descriptions: Vec<usize>,
 }
 
 impl Tally {
@@ -292,13 +303,17 @@ impl Tally {
             session: ks.map(LongMemEvalMeans::new),
             turn: ks.map(LongMemEvalMeans::new),
             pointers: None,
+            descriptions: Vec::new(),
         }
     }
 
-    /// Counts one dialogue's prepared system (units, pointer checks).
-    fn add_dialogue(&mut self, prepared: &Prepared) {
+    /// Counts one dialogue's prepared system (units, pointer checks, HingeMem descriptions).
+    fn add_dialogue(&mut self, prepared: &Prepared, counter: &TokenCounter) {
         self.dialogues += 1;
         self.units += prepared.units.len();
+        if let Ranker::Hinge(index) = &prepared.ranker {
+            self.descriptions.extend(prepared.units[..index.hyperedges().len()].iter().map(|u| u.tokens(counter)));
+        }
         if let Some(p) = prepared.pointers {
             self.pointers.get_or_insert_with(PointerTally::default).add(p);
         }
@@ -362,6 +377,16 @@ impl Tally {
         m.extra.insert("mean_latency_ms".into(), json!(self.latency_ms / self.queries.max(1) as f64));
         m.extra.insert("units_per_dialogue".into(), json!(self.units as f64 / self.dialogues.max(1) as f64));
         m.extra.insert("token_counter".into(), json!(counter.name()));
+        if !self.descriptions.is_empty() {
+            let mut d = self.descriptions.clone();
+            d.sort_unstable();
+            let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
+            m.extra.insert("hyperedges_per_dialogue".into(), json!(d.len() as f64 / self.dialogues.max(1) as f64));
+            m.extra.insert("description_tokens_mean".into(), json!(d.iter().sum::<usize>() as f64 / d.len() as f64));
+            m.extra.insert("description_tokens_p50".into(), json!(at(0.5)));
+            m.extra.insert("description_tokens_p90".into(), json!(at(0.9)));
+            m.extra.insert("description_tokens_max".into(), json!(d[d.len() - 1]));
+        }
         if let Some(p) = self.pointers {
             m.extra.insert("pointer_accuracy".into(), json!(p.accuracy()));
             m.extra.insert("pointer_records_checked".into(), json!(p.checked));
@@ -571,7 +596,7 @@ fn run_locomo(
         let mut tally = Tally::new(&recipe.budgets, None);
         for sample in samples {
             let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref(), counter)?;
-            tally.add_dialogue(&prepared);
+            tally.add_dialogue(&prepared, counter);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
             }
@@ -730,7 +755,7 @@ fn run_longmemeval(
         for item in &items {
             let q: &Question = &item.question;
             let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref(), counter)?;
-            tally.add_dialogue(&prepared);
+            tally.add_dialogue(&prepared, counter);
             if matches!(system, SystemSpec::FullContext { .. }) {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
             }

@@ -39,7 +39,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let needs_dense = recipe.systems.iter().any(|s| s.uses_dense());
     let embedder = if needs_dense {
         let e = super::load_embedder(args.embedder_dir.as_deref())?
-            .context("the recipe has a dense system but the embedder is not installed: run `memkit models fetch all-minilm-l6-v2`")?;
+            .context("the recipe has a system that needs the sentence embedder (the dense route or embedding topic shifts), but it is not installed: run `memkit models fetch all-minilm-l6-v2`")?;
         Some(e as std::sync::Arc<dyn memkit_engine::dense::Embedder>)
     } else {
         None

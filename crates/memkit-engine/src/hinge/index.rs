@@ -29,8 +29,11 @@ pub struct HingeConfig {
     pub salience_lambda: f32,
     /// λ_T: weight of the topic term Ω_T.
     pub topic_lambda: f32,
-    /// Apply the adaptive stop (otherwise plain top-k).
+    /// Apply the adaptive stop (otherwise plain top-k, and [`HingeIndex::read`] opens
+    /// `open_edges` hyperedges).
     pub adaptive: bool,
+    /// Hyperedges [`HingeIndex::read`] opens when `adaptive` is off.
+    pub open_edges: usize,
     /// Thresholds of the adaptive stop.
     pub stop: StopConfig,
     /// BM25 term-frequency saturation.
@@ -50,6 +53,7 @@ impl Default for HingeConfig {
             salience_lambda: 0.5,
             topic_lambda: 0.2,
             adaptive: true,
+            open_edges: 3,
             stop: StopConfig::default(),
             k1: 1.2,
             b: 0.75,
@@ -341,7 +345,7 @@ impl HingeIndex {
     /// What a reader takes for a query of a known type, best first.
     ///
     /// The hyperedges are ranked by `ξ̂` and the adaptive stop for `τ` opens the first `n` of
-    /// them (all matched ones when [`HingeConfig::adaptive`] is off). Each member record gets
+    /// them ([`HingeConfig::open_edges`] when [`HingeConfig::adaptive`] is off). Each member record gets
     /// `ξ̂(e) / max ξ̂ + bm25(m) / max bm25`: its hyperedge's score plus its own BM25 against the
     /// query over all members, both scaled to `[0, 1]`. The members of the opened hyperedges come
     /// first, best first, then those of the other matched hyperedges. A hyperedge's description
@@ -351,7 +355,11 @@ impl HingeIndex {
     pub fn read(&self, query: &ParsedQuery, query_type: QueryType) -> Reading {
         let mut hits = self.score_edges(query, query_type);
         sort_hits(&mut hits);
-        let opened_edges = if self.config.adaptive { adaptive_stop(&hits, query_type, &self.config.stop).len() } else { hits.len() };
+        let opened_edges = if self.config.adaptive {
+            adaptive_stop(&hits, query_type, &self.config.stop).len()
+        } else {
+            self.config.open_edges.min(hits.len())
+        };
         let record_scores = self.record_bm25.scores(&query_terms(query));
         let max_record = record_scores.iter().copied().fold(0.0f32, f32::max);
         let max_edge = hits.first().map_or(0.0, |h| h.score);
