@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use memkit_schema::{MemoryRecord, ParsedQuery};
+use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery, Role};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -46,17 +46,30 @@ pub fn attach_assistant_replies<S: MemoryStore + ?Sized>(
     records: &[MemoryRecord],
     stats: &mut RecallStats,
 ) -> Result<Vec<Vec<AssistantReply>>> {
+    replies_for(|turn| store.assistant_reply(turn), query, records.iter().map(|r| r.pointer.turn_ids.as_slice()), stats)
+}
+
+/// The rule behind [`attach_assistant_replies`] for any retrieved items given by their source
+/// turns (a record's pointer, a HingeMem part's turns), with replies looked up by user turn id
+/// (the store, or [`assistant_replies`] of a dialogue in memory).
+pub fn replies_for<'a>(
+    lookup: impl Fn(&str) -> Result<Option<AssistantReply>>,
+    query: &ParsedQuery,
+    sources: impl IntoIterator<Item = &'a [String]>,
+    stats: &mut RecallStats,
+) -> Result<Vec<Vec<AssistantReply>>> {
     stats.queries += 1;
-    let mut out = vec![Vec::new(); records.len()];
+    let sources: Vec<&[String]> = sources.into_iter().collect();
+    let mut out = vec![Vec::new(); sources.len()];
     if !query.need_assistant_context {
         return Ok(out);
     }
     stats.triggered += 1;
     let mut seen = HashSet::new();
-    for (record, slot) in records.iter().zip(out.iter_mut()) {
+    for (turns, slot) in sources.into_iter().zip(out.iter_mut()) {
         let mut found = false;
-        for turn_id in &record.pointer.turn_ids {
-            if let Some(reply) = store.assistant_reply(turn_id)? {
+        for turn_id in turns {
+            if let Some(reply) = lookup(turn_id)? {
                 found = true;
                 if seen.insert(reply.reply_turn_id.clone()) {
                     slot.push(reply);
@@ -71,13 +84,34 @@ pub fn attach_assistant_replies<S: MemoryStore + ?Sized>(
     Ok(out)
 }
 
+/// The assistant reply that directly follows each user turn of a dialogue, within a session
+/// (what the store keeps for assistant recall).
+pub fn assistant_replies(dialogue: &Dialogue) -> Vec<AssistantReply> {
+    let mut out = Vec::new();
+    for session in &dialogue.sessions {
+        for pair in session.turns.windows(2) {
+            if let [turn, next] = pair
+                && turn.role == Role::User
+                && next.role == Role::Assistant
+            {
+                out.push(AssistantReply { turn_id: turn.id.clone(), reply_turn_id: next.id.clone(), text: next.text.clone() });
+            }
+        }
+    }
+    out
+}
+
+/// How an attached reply reads in a context: `(assistant replied: …)`.
+pub fn reply_text(reply: &AssistantReply) -> String {
+    format!("(assistant replied: {})", reply.text)
+}
+
 /// A record's content followed by its attached replies, as one context block.
 pub fn render_with_replies(record: &MemoryRecord, replies: &[AssistantReply]) -> String {
     let mut s = record.content.clone();
     for r in replies {
-        s.push_str("\n  (assistant replied: ");
-        s.push_str(&r.text);
-        s.push(')');
+        s.push_str("\n  ");
+        s.push_str(&reply_text(r));
     }
     s
 }
@@ -86,7 +120,7 @@ pub fn render_with_replies(record: &MemoryRecord, replies: &[AssistantReply]) ->
 mod tests {
     use super::*;
     use crate::store::{IngestBatch, SqliteStore};
-    use memkit_schema::{Dialogue, MemoryType, Pointer, Role, Session, Turn};
+    use memkit_schema::{MemoryType, Pointer, Session, Turn};
 
     fn turn(id: &str, role: Role, text: &str) -> Turn {
         Turn {

@@ -105,28 +105,16 @@ impl IngestBatch {
     /// The source turns of a dialogue and, for each user turn directly followed by an assistant
     /// turn in the same session, that reply.
     pub fn from_dialogue(dialogue: &Dialogue) -> Self {
-        let mut batch = IngestBatch::default();
-        for session in &dialogue.sessions {
-            for (i, turn) in session.turns.iter().enumerate() {
-                batch.turns.push(SourceTurn {
-                    turn_id: turn.id.clone(),
-                    dialogue_id: dialogue.id.clone(),
-                    speaker: turn.speaker.clone(),
-                    role: turn.role,
-                    text: turn.text.clone(),
-                    timestamp: turn.timestamp,
-                });
-                if let Some(next) = session.turns.get(i + 1)
-                    && turn.role == Role::User
-                    && next.role == Role::Assistant
-                {
-                    batch.replies.push(AssistantReply {
-                        turn_id: turn.id.clone(),
-                        reply_turn_id: next.id.clone(),
-                        text: next.text.clone(),
-                    });
-                }
-            }
+        let mut batch = IngestBatch { replies: crate::recall::assistant_replies(dialogue), ..IngestBatch::default() };
+        for turn in dialogue.turns() {
+            batch.turns.push(SourceTurn {
+                turn_id: turn.id.clone(),
+                dialogue_id: dialogue.id.clone(),
+                speaker: turn.speaker.clone(),
+                role: turn.role,
+                text: turn.text.clone(),
+                timestamp: turn.timestamp,
+            });
         }
         batch
     }

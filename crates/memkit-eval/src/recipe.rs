@@ -274,6 +274,11 @@ pub enum SystemSpec {
         /// `per_sentence`, `max_keywords`, `style`).
         #[serde(default)]
         rule_extractor: RuleExtractorConfig,
+        /// DimMem's assistant recall: when the question asks what the assistant said, the reply
+        /// that followed a retrieved unit's source turn is read right after it, and its tokens
+        /// count against the budget.
+        #[serde(default)]
+        assistant_recall: bool,
     },
     /// HingeMem: boundary-guided hyperedges over memory records, salience rerank, adaptive stop;
     /// read part by part (descriptions and member records).
@@ -296,6 +301,9 @@ pub enum SystemSpec {
         /// overlap (needs the embedder).
         #[serde(default)]
         embedding_topics: bool,
+        /// Assistant recall, as for `engine` systems.
+        #[serde(default)]
+        assistant_recall: bool,
     },
 }
 
@@ -311,6 +319,11 @@ impl SystemSpec {
             SystemSpec::Hinge { embedding_topics, .. } => *embedding_topics,
             _ => false,
         }
+    }
+
+    /// Whether assistant recall is on.
+    pub fn assistant_recall(&self) -> bool {
+        matches!(self, SystemSpec::Engine { assistant_recall: true, .. } | SystemSpec::Hinge { assistant_recall: true, .. })
     }
 
     /// Where the system's records come from (engine and HingeMem systems).

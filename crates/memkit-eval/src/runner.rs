@@ -33,8 +33,10 @@ use memkit_engine::dense::{CachedEmbedder, DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_engine::recall::{RecallStats, assistant_replies, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
+use memkit_engine::store::AssistantReply;
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, MemoryRecord};
@@ -130,20 +132,79 @@ struct Prepared {
     ranker: Ranker,
     /// Pointer checks of the records (systems over records other than raw turns).
     pointers: Option<PointerTally>,
+    /// Assistant recall, for systems that have it on.
+    recall: Option<Recall>,
 }
 
 /// A ranking for one question: unit indices best first, and where an adaptive stop cuts it.
 struct Ranking {
     order: Vec<usize>,
     stop: Option<usize>,
+    /// What assistant recall did for this question (systems with `assistant_recall`).
+    recall: Option<RecallStats>,
+}
+
+impl Ranking {
+    fn new(order: Vec<usize>, stop: Option<usize>) -> Self {
+        Ranking { order, stop, recall: None }
+    }
+}
+
+/// Assistant recall over one dialogue: reply units, appended after the system's own units.
+struct Recall {
+    /// User turn id → the reply that followed it.
+    by_turn: HashMap<String, AssistantReply>,
+    /// Reply turn id → its unit.
+    unit_of: HashMap<String, usize>,
+}
+
+impl Recall {
+    /// Adds one unit per assistant reply of the dialogue to `units`.
+    fn new(dialogue: &Dialogue, units: &mut Vec<Unit>) -> Self {
+        let (mut by_turn, mut unit_of) = (HashMap::new(), HashMap::new());
+        for reply in assistant_replies(dialogue) {
+            unit_of.insert(reply.reply_turn_id.clone(), units.len());
+            units.push(Unit::new(reply_text(&reply), vec![reply.reply_turn_id.clone()]));
+            by_turn.insert(reply.turn_id.clone(), reply);
+        }
+        Recall { by_turn, unit_of }
+    }
+
+    /// When the question asks what the assistant said (the query parser's cue rule), puts the
+    /// reply that followed each ranked unit's source turns right after that unit (each reply
+    /// once), so its tokens count against the budget; an adaptive stop moves with its units.
+    fn attach(&self, units: &[Unit], ranking: Ranking, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let parsed = RuleQueryParser.parse(question, date)?;
+        let mut stats = RecallStats::default();
+        let sources = ranking.order.iter().map(|&i| units[i].turn_ids.as_slice());
+        let replies = replies_for(|turn| Ok(self.by_turn.get(turn).cloned()), &parsed, sources, &mut stats)?;
+        let mut order = Vec::with_capacity(ranking.order.len());
+        let mut stop = ranking.stop;
+        for (pos, (&i, attached)) in ranking.order.iter().zip(&replies).enumerate() {
+            order.push(i);
+            order.extend(attached.iter().map(|r| self.unit_of[&r.reply_turn_id]));
+            if ranking.stop == Some(pos + 1) {
+                stop = Some(order.len());
+            }
+        }
+        Ok(Ranking { order, stop, recall: Some(stats) })
+    }
 }
 
 impl Prepared {
     fn rank(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let ranking = self.rank_units(question, date)?;
+        match &self.recall {
+            Some(recall) => recall.attach(&self.units, ranking, question, date),
+            None => Ok(ranking),
+        }
+    }
+
+    fn rank_units(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
         let hits_to = |hits: &[Hit]| hits.iter().map(|h| h.doc).collect::<Vec<_>>();
         Ok(match &self.ranker {
-            Ranker::Chronological => Ranking { order: (0..self.units.len()).collect(), stop: None },
-            Ranker::Bm25(index) => Ranking { order: hits_to(&index.search_text(question, self.units.len())), stop: None },
+            Ranker::Chronological => Ranking::new((0..self.units.len()).collect(), None),
+            Ranker::Bm25(index) => Ranking::new(hits_to(&index.search_text(question, self.units.len())), None),
             Ranker::Engine { tri, adaptive } => {
                 let parsed = RuleQueryParser.parse(question, date)?;
                 let hits = tri.search(&parsed, tri.fusion().cap())?;
@@ -151,9 +212,9 @@ impl Prepared {
                     // The adaptive stop keeps the best-scored hits of the fused list, in score
                     // order (the fused list itself is in concatenation order).
                     let kept = adaptive_stop(&hits, classify_query(question), &StopConfig::default());
-                    Ranking { order: hits_to(&kept), stop: Some(kept.len()) }
+                    Ranking::new(hits_to(&kept), Some(kept.len()))
                 } else {
-                    Ranking { order: hits_to(&hits), stop: None }
+                    Ranking::new(hits_to(&hits), None)
                 }
             }
             Ranker::Hinge(index) => {
@@ -168,7 +229,7 @@ impl Prepared {
                         Part::Member(r) => edges + r,
                     })
                     .collect();
-                Ranking { order, stop: Some(reading.opened_parts) }
+                Ranking::new(order, Some(reading.opened_parts))
             }
         })
     }
@@ -208,18 +269,33 @@ fn prepare(
     embedder: Option<&Arc<dyn Embedder>>,
     counter: &TokenCounter,
 ) -> Result<Prepared> {
+    let mut prepared = prepare_units(system, dialogue, sample, embedder, counter)?;
+    if system.assistant_recall() {
+        prepared.recall = Some(Recall::new(dialogue, &mut prepared.units));
+    }
+    Ok(prepared)
+}
+
+fn prepare_units(
+    system: &SystemSpec,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+    embedder: Option<&Arc<dyn Embedder>>,
+    counter: &TokenCounter,
+) -> Result<Prepared> {
     Ok(match system {
         SystemSpec::FullContext { .. } => Prepared {
             units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(),
             ranker: Ranker::Chronological,
             pointers: None,
+            recall: None,
         },
         SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
             let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
             let records = records_for(&source, RuleExtractorConfig::default(), dialogue, sample)?;
             let index = Bm25Index::from_records(&records);
             let pointers = (source == RecordSource::Observations).then(|| check_pointers(dialogue, &records));
-            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index), pointers }
+            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index), pointers, recall: None }
         }
         SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, .. } => {
             let records = records_for(source, *rule_extractor, dialogue, sample)?;
@@ -239,6 +315,7 @@ fn prepare(
                 units: records.iter().map(Unit::from_record).collect(),
                 ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
                 pointers,
+                recall: None,
             }
         }
         SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, .. } => {
@@ -261,7 +338,7 @@ fn prepare(
                 .map(|(e, edge)| Unit::new(edge.description.clone(), index.part_turn_ids(Part::Description(e))))
                 .collect();
             units.extend(index.records().iter().map(Unit::from_record));
-            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers }
+            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers, recall: None }
         }
     })
 }
@@ -284,6 +361,8 @@ struct Tally {
     pointers: Option<PointerTally>,
     /// Tokens of every HingeMem description.
     descriptions: Vec<usize>,
+    /// Assistant recall over all questions (systems with it on).
+    recall: Option<RecallStats>,
 }
 
 impl Tally {
@@ -304,6 +383,7 @@ impl Tally {
             turn: ks.map(LongMemEvalMeans::new),
             pointers: None,
             descriptions: Vec::new(),
+            recall: None,
         }
     }
 
@@ -322,6 +402,13 @@ impl Tally {
     /// Units of the ranking as `(tokens, turn ids)`, up to the largest budget (and past it for
     /// the adaptive list).
     fn add_evidence(&mut self, prepared: &Prepared, ranking: &Ranking, counter: &TokenCounter, gold: &[String], category: Option<String>) {
+        if let Some(r) = ranking.recall {
+            let total = self.recall.get_or_insert_with(RecallStats::default);
+            total.queries += r.queries;
+            total.triggered += r.triggered;
+            total.replies_attached += r.replies_attached;
+            total.records_without_reply += r.records_without_reply;
+        }
         let max_budget = self.budgets.iter().copied().max().unwrap_or(0);
         let mut units: Vec<(usize, &[String])> = Vec::new();
         let mut used = 0;
@@ -386,6 +473,10 @@ impl Tally {
             m.extra.insert("description_tokens_p50".into(), json!(at(0.5)));
             m.extra.insert("description_tokens_p90".into(), json!(at(0.9)));
             m.extra.insert("description_tokens_max".into(), json!(d[d.len() - 1]));
+        }
+        if let Some(r) = self.recall {
+            m.extra.insert("assistant_recall_trigger_rate".into(), json!(r.trigger_rate()));
+            m.extra.insert("assistant_replies_per_triggered_query".into(), json!(r.replies_attached as f64 / r.triggered.max(1) as f64));
         }
         if let Some(p) = self.pointers {
             m.extra.insert("pointer_accuracy".into(), json!(p.accuracy()));
@@ -913,5 +1004,55 @@ mod tests {
 
         let missing = AgreementSpec { name: "none".into(), reference: teacher, candidate: dir.path().join("nothing.jsonl") };
         assert!(agreement_of(&missing).is_err());
+    }
+
+    /// Assistant recall in eval: the reply that followed a retrieved user turn is read right
+    /// after it, only when the question asks what the assistant said.
+    #[test]
+    fn assistant_recall_reads_the_reply_after_its_turn() {
+        use memkit_schema::{Role, Session, Turn};
+        let turn = |id: &str, role: Role, text: &str| Turn {
+            id: id.into(),
+            speaker: if role == Role::User { "user" } else { "assistant" }.into(),
+            role,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            has_answer: false,
+        };
+        let turns = vec![
+            turn("s:0", Role::User, "I need a new sci-fi novel to read on my trip."),
+            turn("s:1", Role::Assistant, "Try The Left Hand of Darkness by Ursula K. Le Guin."),
+            turn("s:2", Role::User, "My cat Miso knocked over a plant."),
+            turn("s:3", Role::Assistant, "Cats love knocking things over."),
+        ];
+        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "s".into(), date: None, turns }] };
+        let spec = |recall: bool| -> SystemSpec {
+            toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nassistant_recall = {recall}")).unwrap()
+        };
+        let counter = TokenCounter::o200k().unwrap();
+        let with = prepare(&spec(true), &dialogue, None, None, &counter).unwrap();
+        let without = prepare(&spec(false), &dialogue, None, None, &counter).unwrap();
+        // The rule extractor keeps user turns only; recall adds one unit per reply.
+        assert_eq!(with.units.len(), without.units.len() + 2);
+
+        let cue = "What sci-fi novel did you recommend to me last time?";
+        let plain = without.rank(cue, None).unwrap();
+        let ranked = with.rank(cue, None).unwrap();
+        let first = plain.order[0];
+        assert_eq!(with.units[first].turn_ids, ["s:0"]);
+        // The novel turn first, then its reply; the cat turn's reply right after the cat turn.
+        let turns: Vec<&str> = ranked.order.iter().map(|&i| with.units[i].turn_ids[0].as_str()).collect();
+        assert_eq!(turns[..2], ["s:0", "s:1"]);
+        assert_eq!(ranked.order.len(), plain.order.len() * 2);
+        assert!(with.units[ranked.order[1]].text.starts_with("(assistant replied: Try The Left Hand"));
+        let stats = ranked.recall.unwrap();
+        assert_eq!((stats.queries, stats.triggered, stats.replies_attached), (1, 1, plain.order.len()));
+
+        // No cue, no replies: the same order as without recall.
+        let asked = "What novel does the user want for the trip?";
+        let ranked = with.rank(asked, None).unwrap();
+        assert_eq!(ranked.order, without.rank(asked, None).unwrap().order);
+        assert_eq!(ranked.recall.unwrap().triggered, 0);
     }
 }
