@@ -441,6 +441,42 @@ impl Tally {
         }
     }
 
+    /// LongMemEval's rankings over turns and over sessions (when the tally has `ks`): each by
+    /// first appearance in the unit ranking.
+    fn add_rankings(&mut self, dialogue: &Dialogue, prepared: &Prepared, ranking: &Ranking, q: &Question) {
+        if self.session.is_none() && self.turn.is_none() {
+            return;
+        }
+        let turn_ids: Vec<&str> = dialogue.turns().map(|t| t.id.as_str()).collect();
+        let turn_pos: HashMap<&str, usize> = turn_ids.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        let session_ids: Vec<&str> = dialogue.sessions.iter().map(|s| s.id.as_str()).collect();
+        let session_pos: HashMap<&str, usize> = session_ids.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+        let (mut turn_rank, mut session_rank) = (Vec::new(), Vec::new());
+        let (mut seen_t, mut seen_s) = (HashSet::new(), HashSet::new());
+        for &u in &ranking.order {
+            for id in &prepared.units[u].turn_ids {
+                if let Some(&p) = turn_pos.get(id.as_str())
+                    && seen_t.insert(p)
+                {
+                    turn_rank.push(p);
+                }
+                if let Some(&p) = session_pos.get(session_of(id))
+                    && seen_s.insert(p)
+                {
+                    session_rank.push(p);
+                }
+            }
+        }
+        if let Some(s) = self.session.as_mut() {
+            s.add(|k| evaluate_retrieval(&session_rank, &q.evidence_sessions, &session_ids, k));
+        }
+        if let Some(t) = self.turn.as_mut()
+            && !q.evidence.is_empty()
+        {
+            t.add(|k| evaluate_retrieval(&turn_rank, &q.evidence, &turn_ids, k));
+        }
+    }
+
     fn finish(self, name: &str, full_context: bool, counter: &TokenCounter) -> SystemMetrics {
         let mut m = SystemMetrics::new(name);
         m.evidence_recall_at = self.main.recall_at();
@@ -671,8 +707,6 @@ fn run_locomo(
     reporter: &dyn Reporter,
     qa_items: &mut Vec<QaItem>,
 ) -> Result<Vec<SystemMetrics>> {
-    let mut out = Vec::new();
-    let total: usize = samples.iter().map(|s| s.questions.len()).sum();
     // QA over categories 1–4: the ones with a gold answer to score.
     let scored: Vec<&str> = samples
         .iter()
@@ -680,35 +714,75 @@ fn run_locomo(
         .filter(|q| q.category.is_some_and(|c| (1..=4).contains(&c)) && !q.answer.is_empty())
         .map(|q| q.id.as_str())
         .collect();
-    let in_qa = qa_sample(recipe.qa.as_ref(), &scored);
-    for system in &recipe.systems {
-        let with_qa = answers_qa(recipe.qa.as_ref(), system);
-        reporter.start(system.name(), total as u64);
-        let mut tally = Tally::new(&recipe.budgets, None);
-        for sample in samples {
-            let prepared = prepare(system, &sample.dialogue, Some(sample), options.embedder.as_ref(), counter)?;
-            tally.add_dialogue(&prepared, counter);
-            if matches!(system, SystemSpec::FullContext { .. }) {
-                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
-            }
+    let cases: Vec<Case> = samples
+        .iter()
+        .map(|sample| {
             // LoCoMo questions carry no date: they are asked after the last session.
             let date = last_session_date(&sample.dialogue);
-            for q in &sample.questions {
+            Case {
+                dialogue: &sample.dialogue,
+                sample: Some(sample),
+                questions: sample.questions.iter().map(|q| (q, date, q.category.map(|c| c.to_string()))).collect(),
+            }
+        })
+        .collect();
+    run_cases(recipe, &cases, None, &scored, options, counter, reporter, qa_items)
+}
+
+/// A dialogue and the questions asked about it: what both benchmarks reduce to.
+struct Case<'a> {
+    dialogue: &'a Dialogue,
+    /// The LoCoMo sample (for its observations).
+    sample: Option<&'a LocomoSample>,
+    /// Each question with the date it is asked on and the category it is reported under.
+    questions: Vec<(&'a Question, Option<NaiveDateTime>, Option<String>)>,
+}
+
+/// Every system of the recipe over every case: evidence recall at the budgets, LongMemEval's
+/// session and turn rankings at `ks` (when given), and the QA items of the questions in the QA
+/// sample drawn from `scored`.
+#[allow(clippy::too_many_arguments)]
+fn run_cases(
+    recipe: &EvalRecipe,
+    cases: &[Case],
+    ks: Option<&[usize]>,
+    scored: &[&str],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
+) -> Result<Vec<SystemMetrics>> {
+    let in_qa = qa_sample(recipe.qa.as_ref(), scored);
+    let total: usize = cases.iter().map(|c| c.questions.len()).sum();
+    let dialogues: Vec<&str> = cases.iter().map(|c| c.dialogue.id.as_str()).collect();
+    let mut out = Vec::new();
+    for system in &recipe.systems {
+        let full_context = matches!(system, SystemSpec::FullContext { .. });
+        let with_qa = answers_qa(recipe.qa.as_ref(), system);
+        reporter.start(system.name(), total as u64);
+        let mut tally = Tally::new(&recipe.budgets, ks);
+        for case in cases {
+            let prepared = prepare(system, case.dialogue, case.sample, options.embedder.as_ref(), counter)?;
+            tally.add_dialogue(&prepared, counter);
+            if full_context {
+                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
+            }
+            for (q, date, category) in &case.questions {
                 let started = Instant::now();
-                let ranking = prepared.rank(&q.question, date)?;
+                let ranking = prepared.rank(&q.question, *date)?;
                 tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
                 tally.queries += 1;
-                tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.category.map(|c| c.to_string()));
+                tally.add_evidence(&prepared, &ranking, counter, &q.evidence, category.clone());
+                tally.add_rankings(case.dialogue, &prepared, &ranking, q);
                 if with_qa && in_qa.contains(&q.id) {
                     let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                    qa_items.push(qa_item(system, q, date, &prepared, &ranking, counter, qa.budget));
+                    qa_items.push(qa_item(system, q, *date, &prepared, &ranking, counter, qa.budget));
                 }
                 reporter.advance(1);
             }
         }
         reporter.finish();
-        let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
-        let dialogues: Vec<&str> = samples.iter().map(|s| s.dialogue.id.as_str()).collect();
+        let mut metrics = tally.finish(system.name(), full_context, counter);
         extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
     }
@@ -822,7 +896,7 @@ fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate::report::Na
     Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement: crate::agreement::agreement(&pairs) })
 }
 
-/// The session of a LongMemEval turn id/// The session of a LongMemEval turn id `<session>:<n>`.
+/// The session of a LongMemEval turn id `<session>:<n>`.
 fn session_of(turn_id: &str) -> &str {
     turn_id.rsplit_once(':').map_or(turn_id, |(s, _)| s)
 }
@@ -837,67 +911,15 @@ fn run_longmemeval(
 ) -> Result<Vec<SystemMetrics>> {
     let items: Vec<&LongMemEvalItem> = items.iter().filter(|i| !is_abstention(&i.question.id)).collect();
     let scored: Vec<&str> = items.iter().map(|i| i.question.id.as_str()).collect();
-    let in_qa = qa_sample(recipe.qa.as_ref(), &scored);
-    let mut out = Vec::new();
-    for system in &recipe.systems {
-        let with_qa = answers_qa(recipe.qa.as_ref(), system);
-        reporter.start(system.name(), items.len() as u64);
-        let mut tally = Tally::new(&recipe.budgets, Some(&recipe.ks));
-        for item in &items {
-            let q: &Question = &item.question;
-            let prepared = prepare(system, &item.dialogue, None, options.embedder.as_ref(), counter)?;
-            tally.add_dialogue(&prepared, counter);
-            if matches!(system, SystemSpec::FullContext { .. }) {
-                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
-            }
-            let started = Instant::now();
-            let ranking = prepared.rank(&q.question, q.question_date)?;
-            tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
-            tally.queries += 1;
-            tally.add_evidence(&prepared, &ranking, counter, &q.evidence, q.question_type.clone());
-            if with_qa && in_qa.contains(&q.id) {
-                let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                qa_items.push(qa_item(system, q, q.question_date, &prepared, &ranking, counter, qa.budget));
-            }
-
-            // Rankings over turns and over sessions, by first appearance in the unit ranking.
-            let turn_ids: Vec<&str> = item.dialogue.turns().map(|t| t.id.as_str()).collect();
-            let turn_pos: HashMap<&str, usize> = turn_ids.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-            let session_ids: Vec<&str> = item.dialogue.sessions.iter().map(|s| s.id.as_str()).collect();
-            let session_pos: HashMap<&str, usize> = session_ids.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-            let (mut turn_rank, mut session_rank) = (Vec::new(), Vec::new());
-            let (mut seen_t, mut seen_s) = (HashSet::new(), HashSet::new());
-            for &u in &ranking.order {
-                for id in &prepared.units[u].turn_ids {
-                    if let Some(&p) = turn_pos.get(id.as_str())
-                        && seen_t.insert(p)
-                    {
-                        turn_rank.push(p);
-                    }
-                    if let Some(&p) = session_pos.get(session_of(id))
-                        && seen_s.insert(p)
-                    {
-                        session_rank.push(p);
-                    }
-                }
-            }
-            if let Some(s) = tally.session.as_mut() {
-                s.add(|k| evaluate_retrieval(&session_rank, &q.evidence_sessions, &session_ids, k));
-            }
-            if let Some(t) = tally.turn.as_mut()
-                && !q.evidence.is_empty()
-            {
-                t.add(|k| evaluate_retrieval(&turn_rank, &q.evidence, &turn_ids, k));
-            }
-            reporter.advance(1);
-        }
-        reporter.finish();
-        let mut metrics = tally.finish(system.name(), matches!(system, SystemSpec::FullContext { .. }), counter);
-        let dialogues: Vec<&str> = items.iter().map(|i| i.dialogue.id.as_str()).collect();
-        extraction_figures(system, &dialogues, &mut metrics)?;
-        out.push(metrics);
-    }
-    Ok(out)
+    let cases: Vec<Case> = items
+        .iter()
+        .map(|item| Case {
+            dialogue: &item.dialogue,
+            sample: None,
+            questions: vec![(&item.question, item.question.question_date, item.question.question_type.clone())],
+        })
+        .collect();
+    run_cases(recipe, &cases, Some(&recipe.ks), &scored, options, counter, reporter, qa_items)
 }
 
 #[cfg(test)]
@@ -1054,5 +1076,32 @@ mod tests {
         let ranked = with.rank(asked, None).unwrap();
         assert_eq!(ranked.order, without.rank(asked, None).unwrap().order);
         assert_eq!(ranked.recall.unwrap().triggered, 0);
+    }
+
+    /// A HingeMem system's units are its descriptions, then its member records, and its ranking
+    /// is the index's reading, cut where the opened hyperedges end.
+    #[test]
+    fn hinge_units_follow_the_reading() {
+        let d = memkit_data::load_locomo(&memkit_data::shared_data_dir().join("locomo/locomo10.json")).unwrap().swap_remove(0).dialogue;
+        let spec: SystemSpec =
+            toml::from_str("kind = \"hinge\"\nname = \"h\"\nrecords = \"rule\"\nrule_extractor.per_sentence = true").unwrap();
+        let counter = TokenCounter::o200k().unwrap();
+        let prepared = prepare(&spec, &d, None, None, &counter).unwrap();
+        let Ranker::Hinge(index) = &prepared.ranker else { panic!("a HingeMem system") };
+        let edges = index.hyperedges().len();
+        assert_eq!(prepared.units.len(), edges + index.records().len());
+        let question = "What did Caroline research?";
+        let ranking = prepared.rank(question, None).unwrap();
+        let reading = index.read(&RuleQueryParser.parse(question, None).unwrap(), classify_query(question));
+        assert!(reading.opened_parts >= 1, "{reading:?}");
+        assert_eq!(ranking.order.len(), reading.parts.len());
+        assert_eq!(ranking.stop, Some(reading.opened_parts));
+        for (&u, &part) in ranking.order.iter().zip(&reading.parts) {
+            assert_eq!(prepared.units[u].turn_ids, index.part_turn_ids(part));
+            match part {
+                Part::Description(e) => assert_eq!(prepared.units[u].text, index.hyperedges()[e].description),
+                Part::Member(r) => assert!(prepared.units[u].text.ends_with(&index.records()[r].content)),
+            }
+        }
     }
 }
