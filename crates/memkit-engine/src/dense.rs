@@ -488,7 +488,7 @@ mod tests {
         use crate::store::MemoryStore;
         store.ingest(&crate::store::IngestBatch { records: vec![a.clone(), b.clone()], ..Default::default() }).unwrap();
         let counting = Counting(HashingEmbedder::default(), Mutex::new(0));
-        let index = DenseIndex::from_store(&counting, &mut store, &[a.clone()], 8).unwrap();
+        let index = DenseIndex::from_store(&counting, &mut store, std::slice::from_ref(&a), 8).unwrap();
         assert_eq!(*counting.1.lock().unwrap(), 1);
         // A second run with one more record embeds only the new one, and the vectors are those
         // a fresh build computes, in the records' order.

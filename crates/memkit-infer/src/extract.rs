@@ -453,7 +453,7 @@ mod local {
         if let Some(threads) = threads {
             options.n_threads = threads;
         }
-        Ok(LlamaEngine::load(gguf, options)?)
+        LlamaEngine::load(gguf, options)
     }
 
     /// An extractor over a GGUF model in-process ([`LocalChat`]): windows of one call are

@@ -380,7 +380,7 @@ mod tests {
             text: text.into(),
             caption: None,
             // Friday 20 January 2023.
-            timestamp: chrono::NaiveDate::from_ymd_opt(2023, 1, 20).and_then(|d| d.and_hms_opt(10, u32::from(number), 0)),
+            timestamp: chrono::NaiveDate::from_ymd_opt(2023, 1, 20).and_then(|d| d.and_hms_opt(10, number, 0)),
             assistant_reply: None,
         };
         Window {

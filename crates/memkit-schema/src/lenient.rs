@@ -173,7 +173,7 @@ pub fn parse_extractor_output(text: &str) -> ParseOutcome {
     };
     let end = matching_close(body.as_bytes(), open).unwrap_or(body.len());
     let json = strip_trailing_commas(&body[open..end]);
-    let items: Vec<(usize, Result<Value, (ErrorKind, String)>)> = match serde_json::from_str::<Value>(&json) {
+    let items: Vec<Item> = match serde_json::from_str::<Value>(&json) {
         Ok(v) => match top_level_items(v) {
             Ok(items) => items.into_iter().enumerate().map(|(i, v)| (i, Ok(v))).collect(),
             Err(reason) => {
@@ -229,11 +229,14 @@ fn top_level_items(v: Value) -> Result<Vec<Value>, String> {
     }
 }
 
+/// One object of the reply's array: its position and the value, or why it is unusable.
+type Item = (usize, Result<Value, (ErrorKind, String)>);
+
 /// When the whole text does not parse (truncated, or one broken record), read each balanced
 /// `{...}` object inside the records array on its own; `None` when there is no records array
 /// or nothing in it. A record that does not parse is an error of kind [`ErrorKind::Schema`]
 /// (invalid JSON) or [`ErrorKind::Truncated`] (cut off).
-fn salvage_objects(json: &str) -> Option<Vec<(usize, Result<Value, (ErrorKind, String)>)>> {
+fn salvage_objects(json: &str) -> Option<Vec<Item>> {
     let bytes = json.as_bytes();
     // Records live in the first array after `"memories"`, or in the top-level array.
     let array_start = match json.find("\"memories\"") {

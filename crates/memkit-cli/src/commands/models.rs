@@ -103,7 +103,13 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
             for name in &names {
                 let named: Vec<&ModelSpec> = match name.as_str() {
                     "all" => models::MODELS.iter().collect(),
-                    "tests" => models::TEST_MODELS.iter().map(|n| models::spec(n)).collect::<Result<_, _>>()?,
+                    "tests" => {
+                        let mut listed = Vec::new();
+                        for n in models::TEST_MODELS {
+                            listed.push(models::spec(n)?);
+                        }
+                        listed
+                    }
                     name => vec![models::spec(name)?],
                 };
                 for spec in named {

@@ -1,0 +1,178 @@
+//! Extraction ledgers beside record files: extraction cost, grounding, and agreement between
+//! extractors.
+
+use std::collections::BTreeMap;
+
+use memkit_schema::MemoryRecord;
+use serde_json::json;
+
+use crate::recipe::{RecordSource, SystemSpec};
+use crate::{Error, Result, SystemMetrics};
+
+pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
+    let Some(RecordSource::File(path)) = system.record_source() else { return Ok(()) };
+    // Records of dialogues this run does not evaluate are skipped: count them and say so.
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+    let mut outside = 0usize;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let record: MemoryRecord =
+            serde_json::from_str(line).map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
+        outside += usize::from(!dialogues.iter().any(|d| record.pointer.belongs_to(d)));
+    }
+    if outside > 0 {
+        tracing::warn!(system = system.name(), file = %path.display(), records = outside, "records of dialogues outside this evaluation: skipped");
+    }
+    metrics.extra.insert("records_outside_dataset".into(), json!(outside));
+    let ledger = memkit_schema::window_ledger_path(path);
+    let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
+    let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
+    let mut grounding: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let entry: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
+        let extraction = &entry["extraction"];
+        windows += 1;
+        // A batch's windows share its wall time: each gets its share.
+        millis += extraction["usage"]["millis"].as_u64().unwrap_or(0) / entry["batch"].as_u64().unwrap_or(1).max(1);
+        completion += extraction["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
+        for decision in extraction["grounding"].as_array().into_iter().flatten() {
+            *grounding.entry(decision["decision"].as_str().unwrap_or("unknown").to_owned()).or_default() += 1;
+        }
+    }
+    if windows > 0 {
+        metrics.extra.insert("extraction_windows".into(), json!(windows));
+        metrics.extra.insert("extraction_s_per_window".into(), json!(millis as f64 / 1e3 / windows as f64));
+        metrics.extra.insert("extraction_tokens_per_window".into(), json!(completion as f64 / windows as f64));
+        metrics.extra.insert("windows_without_records".into(), json!(empty));
+        // What grounding did with the model's records (absent: written without grounding).
+        if !grounding.is_empty() {
+            metrics.extra.insert("grounding".into(), json!(grounding));
+        }
+    }
+    Ok(())
+}
+
+/// One window of a `memkit extract` window ledger, as far as agreement needs it.
+#[derive(serde::Deserialize)]
+struct LedgerLine {
+    extraction: LedgerExtraction,
+}
+
+#[derive(serde::Deserialize)]
+struct LedgerExtraction {
+    window_id: String,
+    records: Vec<memkit_schema::ExtractedMemory>,
+    #[serde(default)]
+    errors: Vec<memkit_schema::RecordError>,
+    #[serde(default)]
+    raw: String,
+}
+
+/// Per window: the records, or `None` when the reply did not parse as a whole.
+fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String, Option<Vec<memkit_schema::ExtractedMemory>>>> {
+    let path = memkit_schema::window_ledger_path(records_file);
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let entry: LedgerLine = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", path.display(), i + 1)))?;
+        let e = entry.extraction;
+        // Unparsable = the reply was not whole (not JSON, broken, cut off): an error of that kind
+        // in the ledger, or, for ledgers written before errors had kinds, in the raw reply.
+        // Records dropped for pointing outside the window are no parse failure.
+        let whole = |errors: &[memkit_schema::RecordError]| errors.iter().any(|err| err.kind.is_whole_reply());
+        let whole_failure = whole(&e.errors) || (!e.raw.is_empty() && whole(&memkit_schema::parse_extractor_output(&e.raw).errors));
+        out.insert(e.window_id, (!whole_failure).then_some(e.records));
+    }
+    Ok(out)
+}
+
+/// Agreement of one recipe entry: the candidate's windows against the reference's, on the
+/// windows both extracted.
+pub(super) fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate::report::NamedAgreement> {
+    let reference = read_window_ledger(&spec.reference)?;
+    let candidate = read_window_ledger(&spec.candidate)?;
+    let pairs: Vec<crate::agreement::WindowPair<'_>> = reference
+        .iter()
+        .filter_map(|(id, r)| {
+            let c = candidate.get(id)?;
+            Some(crate::agreement::WindowPair { reference: r.as_deref().unwrap_or(&[]), candidate: c.as_deref() })
+        })
+        .collect();
+    if pairs.is_empty() {
+        return Err(Error::Dataset(format!(
+            "agreement {:?}: {} and {} share no window",
+            spec.name,
+            memkit_schema::window_ledger_path(&spec.reference).display(),
+            memkit_schema::window_ledger_path(&spec.candidate).display()
+        )));
+    }
+    Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement: crate::agreement::agreement(&pairs) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::AgreementSpec;
+
+    fn memory(source_id: u32, content: &str) -> serde_json::Value {
+        serde_json::json!({"source_id": source_id, "source_speaker": "Ann", "content": content,
+            "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+    }
+
+    /// A window ledger line as `memkit extract` writes it.
+    fn line(window: &str, kept: &[serde_json::Value], raw: &str, errors: serde_json::Value) -> String {
+        serde_json::json!({"extractor": "m", "batch": 2, "extraction": {"window_id": window, "records": kept, "errors": errors,
+            "raw": raw, "usage": {"prompt_tokens": 10, "completion_tokens": 4, "millis": 3000}}})
+        .to_string()
+    }
+
+    #[test]
+    fn agreement_reads_window_ledgers_and_only_unparsable_replies_count_as_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let (teacher, student) = (dir.path().join("teacher.jsonl"), dir.path().join("student.jsonl"));
+        let cat = memory(4, "Ann adopted a cat named Tom");
+        let paris = memory(5, "Ann moved to Paris in May");
+        let reply = |records: &[&serde_json::Value]| serde_json::json!({"memories": records}).to_string();
+        std::fs::write(
+            memkit_schema::window_ledger_path(&teacher),
+            [
+                line("d/w0", &[cat.clone(), paris.clone()], &reply(&[&cat, &paris]), serde_json::json!([])),
+                line("d/w1", std::slice::from_ref(&cat), &reply(&[&cat]), serde_json::json!([])),
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        // w0: one record kept, one dropped for pointing at a context message (not a parse
+        // failure, whatever its index says); w1: a reply that is not JSON at all.
+        let context = memory(1, "Ann said hello");
+        let dropped = serde_json::json!([{"index": null, "reason": "source_id 1 is a context-only message (1..=3)", "raw": ""}]);
+        let lines = [
+            line("d/w0", std::slice::from_ref(&cat), &reply(&[&cat, &context]), dropped),
+            line("d/w1", &[], "I cannot", serde_json::json!([])),
+        ];
+        std::fs::write(memkit_schema::window_ledger_path(&student), lines.join("\n")).unwrap();
+
+        let spec = AgreementSpec { name: "s vs t".into(), reference: teacher.clone(), candidate: student.clone() };
+        let got = agreement_of(&spec).unwrap().agreement;
+        assert_eq!((got.windows, got.json_validity), (2, 0.5));
+        assert_eq!((got.reference_records, got.candidate_records, got.matched), (3, 1, 1));
+
+        // Extraction cost: each window gets half of its batch's 3 s.
+        let system: SystemSpec =
+            toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = {{ file = {:?} }}", student.display().to_string()))
+                .unwrap();
+        // The records file: one record of the evaluated dialogue `d`, one of another.
+        let record = |window: &str| serde_json::json!({"id": window, "content": "x", "type": "fact", "pointer": {"window_id": window}});
+        std::fs::write(&student, format!("{}\n{}\n", record("d/w0"), record("elsewhere/w3"))).unwrap();
+        let mut metrics = SystemMetrics::new("x");
+        extraction_figures(&system, &["d"], &mut metrics).unwrap();
+        assert_eq!(metrics.extra["records_outside_dataset"], serde_json::json!(1));
+        assert_eq!(metrics.extra["extraction_s_per_window"], serde_json::json!(1.5));
+        assert_eq!(metrics.extra["windows_without_records"], serde_json::json!(1));
+
+        let missing = AgreementSpec { name: "none".into(), reference: teacher, candidate: dir.path().join("nothing.jsonl") };
+        assert!(agreement_of(&missing).is_err());
+    }
+}

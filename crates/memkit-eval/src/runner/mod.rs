@@ -1,0 +1,275 @@
+//! Benchmark runners: an [`EvalRecipe`] in, a [`Report`] out.
+//!
+//! Every system is reduced to the same thing: for each question, a **ranked list of units**, each
+//! unit a text shown to the answer model plus the dataset turns it points to. Raw turns, rule
+//! records, LoCoMo observations and HingeMem segments are all units, so one metric compares them:
+//! evidence recall at token budgets counts the gold turns reached through the pointers of the
+//! units that fit (o200k_base tokens, see [`crate::tokens`]).
+//!
+//! - `full_context`: all turns in time order (at a budget, the first turns that fit; its context
+//!   tokens are the whole dialogue).
+//! - `bm25_turns` / `bm25_observations`: BM25 over raw turns / LoCoMo observations, queried with
+//!   the question text.
+//! - `engine`: records from a [`RecordSource`], the rule query parser, DimMem's tri-path routes
+//!   and fusion; optionally HingeMem's adaptive stop on the fused list.
+//! - `hinge`: boundary-guided hyperedges over records from a [`RecordSource`], salience rerank,
+//!   adaptive stop; its units are the hyperedges' descriptions and member records, in the order
+//!   [`HingeIndex::read`] gives.
+//!
+//! "Context tokens per query" is, for systems that stop adaptively, the tokens of the list they
+//! return; for ranked systems, the tokens taken at the largest budget; for full context, the whole
+//! dialogue.
+//!
+//! The runner's parts: [`rank`] prepares each system's units over a dialogue and ranks them for a
+//! question (with assistant recall), [`tally`] accumulates the figures, [`answers`] builds and
+//! scores the QA items, [`ledger`] reads extraction ledgers for cost and agreement.
+
+mod answers;
+mod ledger;
+mod rank;
+mod tally;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::NaiveDateTime;
+use memkit_data::{LocomoSample, LongMemEvalItem, Question};
+use memkit_engine::dense::{CachedEmbedder, Embedder};
+use memkit_schema::Dialogue;
+
+use crate::qa::{ChatModel, QaItem};
+use crate::recipe::{DatasetSpec, EvalRecipe, SystemSpec};
+use crate::retrieval::is_abstention;
+use crate::{Error, Report, Result, SystemMetrics, TokenCounter};
+
+use answers::{answer_questions, answers_qa, qa_item, qa_sample};
+use ledger::{agreement_of, extraction_figures};
+use rank::prepare;
+use tally::Tally;
+
+/// Progress of a long run, implemented by the CLI with progress bars (libraries draw none).
+pub trait Reporter: Sync {
+    /// A stage of `total` steps starts.
+    fn start(&self, _stage: &str, _total: u64) {}
+    /// `n` steps of the current stage are done.
+    fn advance(&self, _n: u64) {}
+    /// The current stage is done.
+    fn finish(&self) {}
+}
+
+/// A reporter that reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+impl Reporter for Silent {}
+
+/// Where a run reads and what it records about itself.
+pub struct RunOptions {
+    /// Root that relative dataset paths resolve against (`../shared/data`).
+    pub data_dir: PathBuf,
+    /// The command line that produced the report, written into it.
+    pub command: String,
+    /// Sentence embedder for systems whose routes include `dense`.
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// The answer model and judge of a recipe with `[qa]`, built by the caller from it.
+    pub qa_models: Option<QaModels>,
+}
+
+/// The models of `[qa]`.
+pub struct QaModels {
+    /// Answers the questions.
+    pub answer: Arc<dyn ChatModel>,
+    /// Judges the answers (`None`: F1 only).
+    pub judge: Option<Arc<dyn ChatModel>>,
+}
+
+/// Runs every system of the recipe and returns the report (not yet written).
+pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -> Result<Report> {
+    // Dense systems over the same records and questions share their vectors.
+    let cached = RunOptions {
+        data_dir: options.data_dir.clone(),
+        command: options.command.clone(),
+        embedder: options.embedder.clone().map(|e| Arc::new(CachedEmbedder::new(e)) as Arc<dyn Embedder>),
+        qa_models: options.qa_models.as_ref().map(|m| QaModels { answer: Arc::clone(&m.answer), judge: m.judge.clone() }),
+    };
+    let options = &cached;
+    let counter = TokenCounter::o200k()?;
+    let path = recipe.dataset.resolve(&options.data_dir);
+    let mut notes = vec![
+        format!("Tokens counted with {} for every system.", counter.name()),
+        "Evidence recall: units taken in rank order until the first one that does not fit the budget; recall = share of gold evidence turns reached through the units' pointers.".to_string(),
+        "Context tokens per query: adaptive systems = tokens of the list they return; ranked systems = tokens taken at the largest budget; full context = the whole dialogue.".to_string(),
+    ];
+    if recipe.qa.is_some() && options.qa_models.is_none() {
+        return Err(Error::Qa("the recipe has [qa] but no answer model was given".into()));
+    }
+    let mut qa_items = Vec::new();
+    let systems = match &recipe.dataset {
+        DatasetSpec::Locomo { conversations, sessions, .. } => {
+            let mut samples = memkit_data::load_locomo(&path)?;
+            if !conversations.is_empty() {
+                if let Some(missing) = conversations.iter().find(|c| !samples.iter().any(|s| &s.id == *c)) {
+                    return Err(Error::Dataset(format!("{}: no conversation {missing:?}", path.display())));
+                }
+                samples.retain(|s| conversations.contains(&s.id));
+            }
+            if let Some(n) = *sessions {
+                samples = samples.into_iter().map(|s| s.first_sessions(n)).collect();
+                notes.push(format!(
+                    "Subset: each conversation cut to its first {n} sessions; only questions whose evidence lies in them ({} questions).",
+                    samples.iter().map(|s| s.questions.len()).sum::<usize>()
+                ));
+            }
+            let warnings: usize = samples.iter().map(|s| s.warnings.len()).sum();
+            notes.push(format!(
+                "LoCoMo: {} conversations; main figures over categories 1–4, category 5 (adversarial) reported apart; {} malformed evidence ids repaired or dropped by the loader.",
+                samples.len(),
+                warnings
+            ));
+            run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items)?
+        }
+        DatasetSpec::Longmemeval { limit, .. } => {
+            let mut items = memkit_data::load_longmemeval(&path)?;
+            if let Some(n) = limit {
+                items.truncate(*n);
+            }
+            let abstention = items.iter().filter(|i| is_abstention(&i.question.id)).count();
+            notes.push(format!(
+                "LongMemEval: {} questions read, {abstention} abstention (`_abs`) questions excluded; session-level recall_any/recall_all/nDCG@k (official definitions) in the tables, turn level in metrics.json.",
+                items.len()
+            ));
+            run_longmemeval(recipe, &items, options, &counter, reporter, &mut qa_items)?
+        }
+    };
+    let dataset = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| recipe.dataset.name().to_string());
+    if !recipe.description.is_empty() {
+        notes.insert(0, recipe.description.clone());
+    }
+    let agreements = recipe.agreements.iter().map(agreement_of).collect::<Result<Vec<_>>>()?;
+    let qa = match (&recipe.qa, &options.qa_models) {
+        (Some(spec), Some(models)) => Some(answer_questions(spec, models, &qa_items, &systems, reporter)?),
+        _ => None,
+    };
+    Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, agreements, qa, notes })
+}
+
+/// When LoCoMo questions are asked: after the dialogue's last message.
+fn last_session_date(d: &Dialogue) -> Option<NaiveDateTime> {
+    d.sessions.iter().filter_map(|s| s.turns.last().and_then(|t| t.timestamp).or(s.date)).max()
+}
+
+fn run_locomo(
+    recipe: &EvalRecipe,
+    samples: &[LocomoSample],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
+) -> Result<Vec<SystemMetrics>> {
+    // QA over categories 1–4: the ones with a gold answer to score.
+    let scored: Vec<&str> = samples
+        .iter()
+        .flat_map(|s| &s.questions)
+        .filter(|q| q.category.is_some_and(|c| (1..=4).contains(&c)) && !q.answer.is_empty())
+        .map(|q| q.id.as_str())
+        .collect();
+    let cases: Vec<Case> = samples
+        .iter()
+        .map(|sample| {
+            // LoCoMo questions carry no date: they are asked after the last session.
+            let date = last_session_date(&sample.dialogue);
+            Case {
+                dialogue: &sample.dialogue,
+                sample: Some(sample),
+                questions: sample.questions.iter().map(|q| (q, date, q.category.map(|c| c.to_string()))).collect(),
+            }
+        })
+        .collect();
+    run_cases(recipe, &cases, None, &scored, options, counter, reporter, qa_items)
+}
+
+/// A dialogue and the questions asked about it: what both benchmarks reduce to.
+struct Case<'a> {
+    dialogue: &'a Dialogue,
+    /// The LoCoMo sample (for its observations).
+    sample: Option<&'a LocomoSample>,
+    /// Each question with the date it is asked on and the category it is reported under.
+    questions: Vec<(&'a Question, Option<NaiveDateTime>, Option<String>)>,
+}
+
+/// Every system of the recipe over every case: evidence recall at the budgets, LongMemEval's
+/// session and turn rankings at `ks` (when given), and the QA items of the questions in the QA
+/// sample drawn from `scored`.
+#[allow(clippy::too_many_arguments)]
+fn run_cases(
+    recipe: &EvalRecipe,
+    cases: &[Case],
+    ks: Option<&[usize]>,
+    scored: &[&str],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
+) -> Result<Vec<SystemMetrics>> {
+    let in_qa = qa_sample(recipe.qa.as_ref(), scored);
+    let total: usize = cases.iter().map(|c| c.questions.len()).sum();
+    let dialogues: Vec<&str> = cases.iter().map(|c| c.dialogue.id.as_str()).collect();
+    let mut out = Vec::new();
+    for system in &recipe.systems {
+        let full_context = matches!(system, SystemSpec::FullContext { .. });
+        let with_qa = answers_qa(recipe.qa.as_ref(), system);
+        reporter.start(system.name(), total as u64);
+        let mut tally = Tally::new(&recipe.budgets, ks);
+        for case in cases {
+            let prepared = prepare(system, case.dialogue, case.sample, options.embedder.as_ref(), counter)?;
+            tally.add_dialogue(&prepared, counter);
+            if full_context {
+                tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
+            }
+            for (q, date, category) in &case.questions {
+                let started = Instant::now();
+                let ranking = prepared.rank(&q.question, *date)?;
+                tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
+                tally.queries += 1;
+                tally.add_evidence(&prepared, &ranking, counter, &q.evidence, category.clone());
+                tally.add_rankings(case.dialogue, &prepared, &ranking, q);
+                if with_qa && in_qa.contains(&q.id) {
+                    let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
+                    qa_items.push(qa_item(system, q, *date, &prepared, &ranking, counter, qa.budget));
+                }
+                reporter.advance(1);
+            }
+        }
+        reporter.finish();
+        let mut metrics = tally.finish(system.name(), full_context, counter);
+        extraction_figures(system, &dialogues, &mut metrics)?;
+        out.push(metrics);
+    }
+    Ok(out)
+}
+
+/// For a records file: how many of its records belong to no evaluated dialogue (skipped, with a
+/// warning); and for records written by `memkit extract` with a model, what extraction cost
+/// (wall seconds per window, a batch's time shared among its windows; completion tokens per
+/// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
+/// there is one.
+fn run_longmemeval(
+    recipe: &EvalRecipe,
+    items: &[LongMemEvalItem],
+    options: &RunOptions,
+    counter: &TokenCounter,
+    reporter: &dyn Reporter,
+    qa_items: &mut Vec<QaItem>,
+) -> Result<Vec<SystemMetrics>> {
+    let items: Vec<&LongMemEvalItem> = items.iter().filter(|i| !is_abstention(&i.question.id)).collect();
+    let scored: Vec<&str> = items.iter().map(|i| i.question.id.as_str()).collect();
+    let cases: Vec<Case> = items
+        .iter()
+        .map(|item| Case {
+            dialogue: &item.dialogue,
+            sample: None,
+            questions: vec![(&item.question, item.question.question_date, item.question.question_type.clone())],
+        })
+        .collect();
+    run_cases(recipe, &cases, Some(&recipe.ks), &scored, options, counter, reporter, qa_items)
+}

@@ -1,0 +1,405 @@
+//! Each system's units over one dialogue, and their ranking for a question.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::NaiveDateTime;
+use memkit_data::LocomoSample;
+use memkit_engine::bm25::Bm25Index;
+use memkit_engine::dense::{DenseIndex, Embedder};
+use memkit_engine::fusion::TriPath;
+use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter};
+use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_engine::recall::{RecallStats, assistant_replies, replies_for, reply_text};
+use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
+use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
+use memkit_engine::store::AssistantReply;
+use memkit_engine::{Hit, Retriever};
+use memkit_prompt::AnswerMemory;
+use memkit_schema::{Dialogue, MemoryRecord};
+
+use crate::pointers::{PointerTally, check_pointers};
+use crate::recipe::{RecordSource, SystemSpec};
+use crate::{Error, Result, TokenCounter};
+
+/// A retrieved unit: the text the answer model would read and the turns it points to.
+pub(super) struct Unit {
+    pub(super) text: String,
+    pub(super) turn_ids: Vec<String>,
+    pub(super) tokens: OnceCell<usize>,
+    /// What the answer prompt shows for it.
+    pub(super) memory: AnswerMemory,
+}
+
+impl Unit {
+    pub(super) fn new(text: String, turn_ids: Vec<String>) -> Self {
+        let memory = AnswerMemory { content: text.clone(), ..AnswerMemory::default() };
+        Unit { text, turn_ids, tokens: OnceCell::new(), memory }
+    }
+
+    pub(super) fn from_record(r: &MemoryRecord) -> Self {
+        // The date is part of what the answer model reads: temporal questions need it.
+        let text = match r.pointer.timestamp.get(..10) {
+            Some(day) => format!("[{day}] {}", r.content),
+            None => r.content.clone(),
+        };
+        Unit { memory: AnswerMemory::from_record(r), ..Unit::new(text, r.pointer.turn_ids.clone()) }
+    }
+
+    pub(super) fn tokens(&self, counter: &TokenCounter) -> usize {
+        *self.tokens.get_or_init(|| counter.count(&self.text))
+    }
+}
+
+pub(super) enum Ranker {
+    Chronological,
+    Bm25(Bm25Index),
+    Engine {
+        tri: Box<TriPath>,
+        adaptive: bool,
+    },
+    /// Units are the hyperedges' descriptions (one per hyperedge, in order), then their member
+    /// records.
+    Hinge(Box<HingeIndex>),
+}
+
+/// One system prepared over one dialogue.
+pub(super) struct Prepared {
+    pub(super) units: Vec<Unit>,
+    pub(super) ranker: Ranker,
+    /// Pointer checks of the records (systems over records other than raw turns).
+    pub(super) pointers: Option<PointerTally>,
+    /// Assistant recall, for systems that have it on.
+    pub(super) recall: Option<Recall>,
+}
+
+/// A ranking for one question: unit indices best first, and where an adaptive stop cuts it.
+pub(super) struct Ranking {
+    pub(super) order: Vec<usize>,
+    pub(super) stop: Option<usize>,
+    /// What assistant recall did for this question (systems with `assistant_recall`).
+    pub(super) recall: Option<RecallStats>,
+}
+
+impl Ranking {
+    pub(super) fn new(order: Vec<usize>, stop: Option<usize>) -> Self {
+        Ranking { order, stop, recall: None }
+    }
+}
+
+/// Assistant recall over one dialogue: reply units, appended after the system's own units.
+pub(super) struct Recall {
+    /// User turn id → the reply that followed it.
+    by_turn: HashMap<String, AssistantReply>,
+    /// Reply turn id → its unit.
+    unit_of: HashMap<String, usize>,
+}
+
+impl Recall {
+    /// Adds one unit per assistant reply of the dialogue to `units`.
+    pub(super) fn new(dialogue: &Dialogue, units: &mut Vec<Unit>) -> Self {
+        let (mut by_turn, mut unit_of) = (HashMap::new(), HashMap::new());
+        for reply in assistant_replies(dialogue) {
+            unit_of.insert(reply.reply_turn_id.clone(), units.len());
+            units.push(Unit::new(reply_text(&reply), vec![reply.reply_turn_id.clone()]));
+            by_turn.insert(reply.turn_id.clone(), reply);
+        }
+        Recall { by_turn, unit_of }
+    }
+
+    /// When the question asks what the assistant said (the query parser's cue rule), puts the
+    /// reply that followed each ranked unit's source turns right after that unit (each reply
+    /// once), so its tokens count against the budget; an adaptive stop moves with its units.
+    pub(super) fn attach(&self, units: &[Unit], ranking: Ranking, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let parsed = RuleQueryParser.parse(question, date)?;
+        let mut stats = RecallStats::default();
+        let sources = ranking.order.iter().map(|&i| units[i].turn_ids.as_slice());
+        let replies = replies_for(|turn| Ok(self.by_turn.get(turn).cloned()), &parsed, sources, &mut stats)?;
+        let mut order = Vec::with_capacity(ranking.order.len());
+        let mut stop = ranking.stop;
+        for (pos, (&i, attached)) in ranking.order.iter().zip(&replies).enumerate() {
+            order.push(i);
+            order.extend(attached.iter().map(|r| self.unit_of[&r.reply_turn_id]));
+            if ranking.stop == Some(pos + 1) {
+                stop = Some(order.len());
+            }
+        }
+        Ok(Ranking { order, stop, recall: Some(stats) })
+    }
+}
+
+impl Prepared {
+    pub(super) fn rank(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let ranking = self.rank_units(question, date)?;
+        match &self.recall {
+            Some(recall) => recall.attach(&self.units, ranking, question, date),
+            None => Ok(ranking),
+        }
+    }
+
+    pub(super) fn rank_units(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+        let hits_to = |hits: &[Hit]| hits.iter().map(|h| h.doc).collect::<Vec<_>>();
+        Ok(match &self.ranker {
+            Ranker::Chronological => Ranking::new((0..self.units.len()).collect(), None),
+            Ranker::Bm25(index) => Ranking::new(hits_to(&index.search_text(question, self.units.len())), None),
+            Ranker::Engine { tri, adaptive } => {
+                let parsed = RuleQueryParser.parse(question, date)?;
+                let hits = tri.search(&parsed, tri.fusion().cap())?;
+                if *adaptive {
+                    // The adaptive stop keeps the best-scored hits of the fused list, in score
+                    // order (the fused list itself is in concatenation order).
+                    let kept = adaptive_stop(&hits, classify_query(question), &StopConfig::default());
+                    Ranking::new(hits_to(&kept), Some(kept.len()))
+                } else {
+                    Ranking::new(hits_to(&hits), None)
+                }
+            }
+            Ranker::Hinge(index) => {
+                let parsed = RuleQueryParser.parse(question, date)?;
+                let reading = index.read(&parsed, classify_query(question));
+                let edges = index.hyperedges().len();
+                let order = reading
+                    .parts
+                    .iter()
+                    .map(|&part| match part {
+                        Part::Description(e) => e,
+                        Part::Member(r) => edges + r,
+                    })
+                    .collect();
+                Ranking::new(order, Some(reading.opened_parts))
+            }
+        })
+    }
+}
+
+pub(super) fn records_for(
+    source: &RecordSource,
+    rule: RuleExtractorConfig,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+) -> Result<Vec<MemoryRecord>> {
+    Ok(match source {
+        RecordSource::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
+            let mut records = Vec::new();
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let record: MemoryRecord = serde_json::from_str(line)
+                    .map_err(|e| Error::Dataset(format!("{}:{}: not a memory record: {e}", path.display(), i + 1)))?;
+                if record.pointer.belongs_to(&dialogue.id) {
+                    records.push(record);
+                }
+            }
+            records
+        }
+        RecordSource::RawTurns => raw_turn_records(dialogue),
+        RecordSource::Rule => RuleExtractor::new(rule).extract(dialogue),
+        RecordSource::Observations => {
+            LocomoSample::observation_records(sample.ok_or_else(|| Error::Dataset("observations exist only for LoCoMo".into()))?)
+        }
+    })
+}
+
+pub(super) fn prepare(
+    system: &SystemSpec,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+    embedder: Option<&Arc<dyn Embedder>>,
+    counter: &TokenCounter,
+) -> Result<Prepared> {
+    let mut prepared = prepare_units(system, dialogue, sample, embedder, counter)?;
+    if system.assistant_recall() {
+        prepared.recall = Some(Recall::new(dialogue, &mut prepared.units));
+    }
+    Ok(prepared)
+}
+
+pub(super) fn prepare_units(
+    system: &SystemSpec,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+    embedder: Option<&Arc<dyn Embedder>>,
+    counter: &TokenCounter,
+) -> Result<Prepared> {
+    Ok(match system {
+        SystemSpec::FullContext { .. } => Prepared {
+            units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(),
+            ranker: Ranker::Chronological,
+            pointers: None,
+            recall: None,
+        },
+        SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
+            let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
+            let records = records_for(&source, RuleExtractorConfig::default(), dialogue, sample)?;
+            let index = Bm25Index::from_records(&records);
+            let pointers = (source == RecordSource::Observations).then(|| check_pointers(dialogue, &records));
+            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index), pointers, recall: None }
+        }
+        SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, .. } => {
+            let records = records_for(source, *rule_extractor, dialogue, sample)?;
+            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+            let mut tri = TriPath::new(&records, retrieval.clone())?;
+            if retrieval.uses_dense() {
+                let embedder = embedder.ok_or_else(|| {
+                    Error::Dataset(format!(
+                        "system {:?} has the dense route, but no embedder is installed (run `just models`)",
+                        system.name()
+                    ))
+                })?;
+                let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
+                tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
+            }
+            Prepared {
+                units: records.iter().map(Unit::from_record).collect(),
+                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
+                pointers,
+                recall: None,
+            }
+        }
+        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, .. } => {
+            let records = records_for(source, *rule_extractor, dialogue, sample)?;
+            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+            let mut rules = RuleSegmenter::new(*segmenter);
+            if *embedding_topics {
+                rules = rules.with_embedder(embedder.ok_or_else(|| {
+                    Error::Dataset(format!(
+                        "system {:?} finds topic shifts by embeddings, but no embedder is installed (run `just models`)",
+                        system.name()
+                    ))
+                })?);
+            }
+            let index = HingeIndex::build(dialogue, &records, &rules, *hinge, &|text| counter.count(text))?;
+            let mut units: Vec<Unit> = index
+                .hyperedges()
+                .iter()
+                .enumerate()
+                .map(|(e, edge)| Unit::new(edge.description.clone(), index.part_turn_ids(Part::Description(e))))
+                .collect();
+            units.extend(index.records().iter().map(Unit::from_record));
+            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers, recall: None }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// See: issue 18. The adaptive stop cuts the fused list by score; the units kept must be the
+    /// best-scored hits, best first, not the first hits of the concatenated route lists.
+    #[test]
+    fn the_adaptive_stop_keeps_the_best_scored_hits_in_score_order() {
+        use memkit_schema::{Role, Session, Turn};
+        let at = |d: u32| chrono::NaiveDate::from_ymd_opt(2023, 5, d).unwrap().and_hms_opt(10, 0, 0);
+        let texts = [
+            "I moved to Paris last week, the flat is tiny but I love it.",
+            "Paris is lovely in May, we walked along the river.",
+            "My sister visited me on Sunday and we cooked pasta.",
+            "I started a new job at a bakery in May.",
+            "The bakery opens at six so I get up at five.",
+            "We went to the Louvre and saw the Mona Lisa.",
+        ];
+        let turns = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Turn {
+                id: format!("D1:{}", i + 1),
+                speaker: "Ann".into(),
+                role: Role::User,
+                text: (*t).into(),
+                caption: None,
+                timestamp: at(10 + i as u32),
+                has_answer: false,
+            })
+            .collect();
+        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at(10), turns }] };
+        let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
+        let prepared = prepare(&system, &dialogue, None, None, &TokenCounter::o200k().unwrap()).unwrap();
+        let question = "When did Ann move to Paris and start at the bakery?";
+        let ranking = prepared.rank(question, at(20)).unwrap();
+        let Ranker::Engine { tri, .. } = &prepared.ranker else { panic!("an engine system") };
+        let mut hits = tri.search(&RuleQueryParser.parse(question, at(20)).unwrap(), tri.fusion().cap()).unwrap();
+        memkit_engine::stopping::sort_hits(&mut hits);
+        let stop = ranking.stop.unwrap();
+        assert!(stop >= 1 && stop <= hits.len());
+        let best: Vec<usize> = hits[..stop].iter().map(|h| h.doc).collect();
+        assert_eq!(ranking.order[..stop], best[..], "hits {hits:?}");
+    }
+
+    /// Assistant recall in eval: the reply that followed a retrieved user turn is read right
+    /// after it, only when the question asks what the assistant said.
+    #[test]
+    fn assistant_recall_reads_the_reply_after_its_turn() {
+        use memkit_schema::{Role, Session, Turn};
+        let turn = |id: &str, role: Role, text: &str| Turn {
+            id: id.into(),
+            speaker: if role == Role::User { "user" } else { "assistant" }.into(),
+            role,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            has_answer: false,
+        };
+        let turns = vec![
+            turn("s:0", Role::User, "I need a new sci-fi novel to read on my trip."),
+            turn("s:1", Role::Assistant, "Try The Left Hand of Darkness by Ursula K. Le Guin."),
+            turn("s:2", Role::User, "My cat Miso knocked over a plant."),
+            turn("s:3", Role::Assistant, "Cats love knocking things over."),
+        ];
+        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "s".into(), date: None, turns }] };
+        let spec = |recall: bool| -> SystemSpec {
+            toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nassistant_recall = {recall}")).unwrap()
+        };
+        let counter = TokenCounter::o200k().unwrap();
+        let with = prepare(&spec(true), &dialogue, None, None, &counter).unwrap();
+        let without = prepare(&spec(false), &dialogue, None, None, &counter).unwrap();
+        // The rule extractor keeps user turns only; recall adds one unit per reply.
+        assert_eq!(with.units.len(), without.units.len() + 2);
+
+        let cue = "What sci-fi novel did you recommend to me last time?";
+        let plain = without.rank(cue, None).unwrap();
+        let ranked = with.rank(cue, None).unwrap();
+        let first = plain.order[0];
+        assert_eq!(with.units[first].turn_ids, ["s:0"]);
+        // The novel turn first, then its reply; the cat turn's reply right after the cat turn.
+        let turns: Vec<&str> = ranked.order.iter().map(|&i| with.units[i].turn_ids[0].as_str()).collect();
+        assert_eq!(turns[..2], ["s:0", "s:1"]);
+        assert_eq!(ranked.order.len(), plain.order.len() * 2);
+        assert!(with.units[ranked.order[1]].text.starts_with("(assistant replied: Try The Left Hand"));
+        let stats = ranked.recall.unwrap();
+        assert_eq!((stats.queries, stats.triggered, stats.replies_attached), (1, 1, plain.order.len()));
+
+        // No cue, no replies: the same order as without recall.
+        let asked = "What novel does the user want for the trip?";
+        let ranked = with.rank(asked, None).unwrap();
+        assert_eq!(ranked.order, without.rank(asked, None).unwrap().order);
+        assert_eq!(ranked.recall.unwrap().triggered, 0);
+    }
+
+    /// A HingeMem system's units are its descriptions, then its member records, and its ranking
+    /// is the index's reading, cut where the opened hyperedges end.
+    #[test]
+    fn hinge_units_follow_the_reading() {
+        let d = memkit_data::load_locomo(&memkit_data::shared_data_dir().join("locomo/locomo10.json")).unwrap().swap_remove(0).dialogue;
+        let spec: SystemSpec =
+            toml::from_str("kind = \"hinge\"\nname = \"h\"\nrecords = \"rule\"\nrule_extractor.per_sentence = true").unwrap();
+        let counter = TokenCounter::o200k().unwrap();
+        let prepared = prepare(&spec, &d, None, None, &counter).unwrap();
+        let Ranker::Hinge(index) = &prepared.ranker else { panic!("a HingeMem system") };
+        let edges = index.hyperedges().len();
+        assert_eq!(prepared.units.len(), edges + index.records().len());
+        let question = "What did Caroline research?";
+        let ranking = prepared.rank(question, None).unwrap();
+        let reading = index.read(&RuleQueryParser.parse(question, None).unwrap(), classify_query(question));
+        assert!(reading.opened_parts >= 1, "{reading:?}");
+        assert_eq!(ranking.order.len(), reading.parts.len());
+        assert_eq!(ranking.stop, Some(reading.opened_parts));
+        for (&u, &part) in ranking.order.iter().zip(&reading.parts) {
+            assert_eq!(prepared.units[u].turn_ids, index.part_turn_ids(part));
+            match part {
+                Part::Description(e) => assert_eq!(prepared.units[u].text, index.hyperedges()[e].description),
+                Part::Member(r) => assert!(prepared.units[u].text.ends_with(&index.records()[r].content)),
+            }
+        }
+    }
+}
