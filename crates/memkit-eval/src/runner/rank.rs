@@ -200,6 +200,8 @@ pub(super) fn records_for(
     })
 }
 
+/// One system over one dialogue: its units (records, HingeMem parts, reply units for assistant
+/// recall) and how it ranks them.
 pub(super) fn prepare(
     system: &SystemSpec,
     dialogue: &Dialogue,
@@ -207,21 +209,7 @@ pub(super) fn prepare(
     embedder: Option<&Arc<dyn Embedder>>,
     counter: &TokenCounter,
 ) -> Result<Prepared> {
-    let mut prepared = prepare_units(system, dialogue, sample, embedder, counter)?;
-    if system.assistant_recall() {
-        prepared.recall = Some(Recall::new(dialogue, &mut prepared.units));
-    }
-    Ok(prepared)
-}
-
-pub(super) fn prepare_units(
-    system: &SystemSpec,
-    dialogue: &Dialogue,
-    sample: Option<&LocomoSample>,
-    embedder: Option<&Arc<dyn Embedder>>,
-    counter: &TokenCounter,
-) -> Result<Prepared> {
-    Ok(match system {
+    let mut prepared = match system {
         SystemSpec::FullContext { .. } => Prepared {
             units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(),
             ranker: Ranker::Chronological,
@@ -278,7 +266,11 @@ pub(super) fn prepare_units(
             units.extend(index.records().iter().map(Unit::from_record));
             Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers, recall: None }
         }
-    })
+    };
+    if system.assistant_recall() {
+        prepared.recall = Some(Recall::new(dialogue, &mut prepared.units));
+    }
+    Ok(prepared)
 }
 
 #[cfg(test)]
