@@ -94,18 +94,20 @@ pub(super) struct Recall {
     by_turn: HashMap<String, AssistantReply>,
     /// Reply turn id → its unit.
     unit_of: HashMap<String, usize>,
+    /// Units from this index on are replies.
+    pub(super) first_unit: usize,
 }
 
 impl Recall {
     /// Adds one unit per assistant reply of the dialogue to `units`.
     pub(super) fn new(dialogue: &Dialogue, units: &mut Vec<Unit>) -> Self {
-        let (mut by_turn, mut unit_of) = (HashMap::new(), HashMap::new());
+        let (mut by_turn, mut unit_of, first_unit) = (HashMap::new(), HashMap::new(), units.len());
         for reply in assistant_replies(dialogue) {
             unit_of.insert(reply.reply_turn_id.clone(), units.len());
             units.push(Unit::new(reply_text(&reply), vec![reply.reply_turn_id.clone()]));
             by_turn.insert(reply.turn_id.clone(), reply);
         }
-        Recall { by_turn, unit_of }
+        Recall { by_turn, unit_of, first_unit }
     }
 
     /// When the question asks what the assistant said (the query parser's cue rule), puts the

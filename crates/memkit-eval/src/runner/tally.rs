@@ -33,6 +33,8 @@ pub(super) struct Tally {
     pub(super) descriptions: Vec<usize>,
     /// Assistant recall over all questions (systems with it on).
     pub(super) recall: Option<RecallStats>,
+    /// Assistant replies read within the largest budget, over all questions.
+    pub(super) replies_in_budget: usize,
 }
 
 impl Tally {
@@ -54,6 +56,7 @@ impl Tally {
             pointers: None,
             descriptions: Vec::new(),
             recall: None,
+            replies_in_budget: 0,
         }
     }
 
@@ -86,6 +89,7 @@ impl Tally {
             total.replies_attached += r.replies_attached;
             total.records_without_reply += r.records_without_reply;
         }
+        let first_reply = prepared.recall.as_ref().map_or(usize::MAX, |r| r.first_unit);
         let max_budget = self.budgets.iter().copied().max().unwrap_or(0);
         let mut units: Vec<(usize, &[String])> = Vec::new();
         let mut used = 0;
@@ -94,6 +98,9 @@ impl Tally {
             let t = u.tokens(counter);
             if used + t > max_budget && ranking.stop.is_none_or(|s| units.len() >= s) {
                 break;
+            }
+            if i >= first_reply && used + t <= max_budget {
+                self.replies_in_budget += 1;
             }
             used += t;
             units.push((t, &u.turn_ids));
@@ -189,7 +196,11 @@ impl Tally {
         }
         if let Some(r) = self.recall {
             m.extra.insert("assistant_recall_trigger_rate".into(), json!(r.trigger_rate()));
-            m.extra.insert("assistant_replies_per_triggered_query".into(), json!(r.replies_attached as f64 / r.triggered.max(1) as f64));
+            let largest = self.budgets.iter().max().copied().unwrap_or(0);
+            m.extra.insert(
+                format!("assistant_replies_read_at_{largest}_per_triggered_query"),
+                json!(self.replies_in_budget as f64 / r.triggered.max(1) as f64),
+            );
         }
         if let Some(p) = self.pointers {
             m.extra.insert("pointer_accuracy".into(), json!(p.accuracy()));
