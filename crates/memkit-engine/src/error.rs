@@ -38,6 +38,12 @@ pub enum Error {
     /// The embedder failed.
     #[error("embedder: {0}")]
     Embed(String),
+    /// A language model's backend failed (not a bad reply: those fall back and are counted).
+    #[error("language model {0}")]
+    Model(String),
+    /// A prompt did not render.
+    #[error("prompt: {0}")]
+    Prompt(String),
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -15,6 +15,8 @@
 //!
 //! - `dense`: implements [`dense::Embedder`] for memkit-infer's `SentenceEmbedder`
 //!   (all-MiniLM-L6-v2 in candle), so the dense route and the update step use real embeddings.
+//! - `llm`: [`llm::LlmQueryParser`], DimMem's query parser on any memkit-infer chat model (a
+//!   GGUF in process or an OpenAI-compatible endpoint), with `prompts/query.j2`.
 
 pub mod bm25;
 pub mod dense;
@@ -22,6 +24,8 @@ pub mod dimension;
 mod error;
 pub mod fusion;
 pub mod hinge;
+#[cfg(feature = "llm")]
+pub mod llm;
 pub mod query;
 pub mod recall;
 mod retriever;

@@ -1,7 +1,8 @@
 //! Query parsing: a question becomes a [`ParsedQuery`] (SPEC §1, §6).
 //!
 //! [`QueryParser`] is the seam; [`RuleQueryParser`] is the fast default, made of hand-written
-//! rules and no model:
+//! rules and no model (DimMem's model-backed parser is [`crate::llm::LlmQueryParser`], feature
+//! `llm`):
 //!
 //! - **time**: relative expressions ("yesterday", "last week", "two weeks ago", "last Friday",
 //!   "in the past month", "this year") resolved against the question date, and absolute ones
@@ -47,6 +48,11 @@ use crate::text::{CALENDAR_WORDS, content_tokens, location_mentions, named_phras
 pub trait QueryParser {
     /// Parses one question; `question_date` anchors relative time expressions.
     fn parse(&self, question: &str, question_date: Option<NaiveDateTime>) -> Result<ParsedQuery>;
+
+    /// Parses many questions, in order (a model-backed parser asks them in batches).
+    fn parse_all(&self, questions: &[(&str, Option<NaiveDateTime>)]) -> Result<Vec<ParsedQuery>> {
+        questions.iter().map(|&(question, date)| self.parse(question, date)).collect()
+    }
 }
 
 /// The rule-based parser (no model); see the module docs for the rules.

@@ -8,19 +8,23 @@
 //! caller through [`ChatModel`] (the CLI builds them from the recipe: a local GGUF or an
 //! OpenAI-compatible endpoint, with a reply cache).
 
+use memkit_infer::chat::{ChatModel, ChatRequest};
 use memkit_prompt::{AnswerMemory, ChatMessage, JudgeLabel, JudgeVerdict, Prompts};
 use serde::{Deserialize, Serialize};
 
 use crate::recipe::QaSpec;
 use crate::{Error, Result};
 
-/// A chat model: the answer model or the judge.
-pub trait ChatModel: Send + Sync {
-    /// Names the model in the report (`gguf:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`).
-    fn id(&self) -> String;
-    /// One reply per chat, in order, greedy, at most `max_tokens` tokens each, constrained to
-    /// the JSON `schema` when given. `Err` is a backend failure.
-    fn complete(&self, chats: &[Vec<ChatMessage>], max_tokens: usize, schema: Option<&serde_json::Value>) -> Result<Vec<String>>;
+/// Asks `model` every chat of `chats`, greedy, at most `max_tokens` tokens each, constrained to
+/// `schema` when given; the replies' texts, in order. A backend failure is an error.
+fn ask(model: &dyn ChatModel, chats: Vec<Vec<ChatMessage>>, max_tokens: usize, schema: Option<serde_json::Value>) -> Result<Vec<String>> {
+    let requests: Vec<ChatRequest> =
+        chats.into_iter().map(|messages| ChatRequest { schema: schema.clone(), ..ChatRequest::new(messages, max_tokens) }).collect();
+    model
+        .complete(&requests)
+        .into_iter()
+        .map(|r| r.map(|reply| reply.text).map_err(|e| Error::Qa(format!("{}: {e}", model.id()))))
+        .collect()
 }
 
 /// One question put to one system.
@@ -109,7 +113,7 @@ pub fn answer_and_judge(
             .iter()
             .map(|i| Ok(prompts.render_answer(&i.question, i.date, &i.memories).map_err(|e| Error::Qa(e.to_string()))?.to_messages()))
             .collect::<Result<Vec<_>>>()?;
-        let answers = answerer.complete(&chats, spec.max_tokens, None)?;
+        let answers = ask(answerer, chats, spec.max_tokens, None)?;
         let verdicts = match judge {
             Some(judge) => {
                 let chats = group
@@ -119,7 +123,7 @@ pub fn answer_and_judge(
                         Ok(prompts.render_judge(&i.question, &i.gold, a.trim()).map_err(|e| Error::Qa(e.to_string()))?.to_messages())
                     })
                     .collect::<Result<Vec<_>>>()?;
-                judge.complete(&chats, 160, Some(&judge_schema()))?.into_iter().map(Some).collect()
+                ask(judge, chats, 160, Some(judge_schema()))?.into_iter().map(Some).collect()
             }
             None => vec![None; group.len()],
         };
@@ -196,21 +200,23 @@ pub fn summarize<'a>(results: impl IntoIterator<Item = &'a QaResult>) -> QaSumma
 
 #[cfg(test)]
 mod tests {
+    use memkit_infer::chat::Reply;
+
     use super::*;
 
     /// Answers with the gold text for questions about cats, "no idea" otherwise; judges by
     /// looking for the gold in the answer, except that it replies garbage for one question.
     struct Scripted;
     impl ChatModel for Scripted {
-        fn id(&self) -> String {
-            "scripted".into()
+        fn id(&self) -> &str {
+            "scripted"
         }
-        fn complete(&self, chats: &[Vec<ChatMessage>], _max_tokens: usize, schema: Option<&serde_json::Value>) -> Result<Vec<String>> {
-            Ok(chats
-                .iter()
-                .map(|c| {
-                    let user = &c[1].content;
-                    match schema {
+        fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
+            let mut out = Vec::new();
+            for r in requests {
+                out.push({
+                    let user = &r.messages[1].content;
+                    let text = match &r.schema {
                         None if user.contains("cat") => "  Tom  ".to_owned(),
                         None => "no idea".to_owned(),
                         Some(_) if user.contains("Question: garbage") => "not json".to_owned(),
@@ -218,9 +224,11 @@ mod tests {
                             let ok = user.contains("Candidate answer: Tom");
                             serde_json::json!({"reason": "r", "label": if ok { "CORRECT" } else { "WRONG" }}).to_string()
                         }
-                    }
-                })
-                .collect())
+                    };
+                    Ok(Reply { text, usage: Default::default() })
+                });
+            }
+            out
         }
     }
 

@@ -47,6 +47,38 @@ pub struct EvalRecipe {
     /// retrieves within a budget; official LoCoMo F1 and an LLM judge.
     #[serde(default)]
     pub qa: Option<QaSpec>,
+    /// The model of the systems with `query_parser = "llm"` (`[query_model]`): DimMem's query
+    /// parser fills each question's fields from `prompts/query.j2`.
+    #[serde(default)]
+    pub query_model: Option<QueryModelSpec>,
+}
+
+/// `[query_model]`: the chat model that parses questions for systems with
+/// `query_parser = "llm"`. Each question is parsed once per run; replies are cached like the QA
+/// replies, and a reply that is cut off or does not parse falls back to the rule parser (counted
+/// in the report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryModelSpec {
+    /// The model.
+    pub model: ModelSpec,
+    /// Most tokens per reply.
+    #[serde(default = "default_query_max_tokens")]
+    pub max_tokens: usize,
+    /// Questions per model call (a local model decodes them as one batch).
+    #[serde(default = "default_qa_chunk")]
+    pub chunk: usize,
+}
+
+/// How an engine or HingeMem system parses questions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryParserKind {
+    /// The rule parser (no model; the default).
+    #[default]
+    Rule,
+    /// DimMem's language-model parser, with the recipe's `[query_model]`.
+    Llm,
 }
 
 /// `[qa]`: question answering over each system's retrieved units.
@@ -75,10 +107,10 @@ pub struct QaSpec {
     #[serde(default)]
     pub systems: Vec<String>,
     /// The answer model.
-    pub answer: QaModel,
+    pub answer: ModelSpec,
     /// The judge; the answer model when absent.
     #[serde(default)]
-    pub judge: Option<QaModel>,
+    pub judge: Option<ModelSpec>,
     /// Set false to score with F1 only.
     #[serde(default = "default_true")]
     pub judged: bool,
@@ -93,17 +125,17 @@ impl Default for QaSpec {
             max_tokens: default_qa_max_tokens(),
             chunk: default_qa_chunk(),
             systems: Vec::new(),
-            answer: QaModel::Local { model: "qwen2.5-coder-1.5b-instruct".into(), threads: None, n_ctx: None },
+            answer: ModelSpec::local("qwen2.5-coder-1.5b-instruct"),
             judge: None,
             judged: true,
         }
     }
 }
 
-/// An answer or judge model.
+/// A chat model: the answer model, the judge, or the query parser's model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum QaModel {
+pub enum ModelSpec {
     /// A GGUF model in-process (llama.cpp), greedy.
     Local {
         /// A packaged model name (`memkit models list`) or a `.gguf` path.
@@ -130,6 +162,24 @@ pub enum QaModel {
     },
 }
 
+impl ModelSpec {
+    /// A GGUF in process: a packaged model name or a `.gguf` path, default threads and cells.
+    pub fn local(model: impl Into<String>) -> Self {
+        ModelSpec::Local { model: model.into(), threads: None, n_ctx: None }
+    }
+
+    /// `model` on the OpenAI-compatible server at `base_url` (with `/v1`), key from
+    /// `OPENAI_API_KEY`, the default timeout.
+    pub fn openai(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelSpec::Openai {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key_env: default_api_key_env(),
+            timeout_s: default_timeout_s(),
+        }
+    }
+}
+
 fn default_qa_questions() -> usize {
     40
 }
@@ -141,6 +191,9 @@ fn default_qa_budget() -> usize {
 }
 fn default_qa_max_tokens() -> usize {
     64
+}
+fn default_query_max_tokens() -> usize {
+    memkit_engine::llm::LlmQueryParser::DEFAULT_MAX_TOKENS
 }
 fn default_qa_chunk() -> usize {
     4
@@ -256,7 +309,7 @@ pub enum SystemSpec {
         /// Report name.
         name: String,
     },
-    /// The memory engine: records from `records`, rule query parser, the routes and fusion that
+    /// The memory engine: records from `records`, a query parser, the routes and fusion that
     /// `retrieval` names (BM25 + dimension by default; `routes = ["bm25", "dense", "dimension"]`
     /// is DimMem's tri-path and needs the embedder).
     Engine {
@@ -279,6 +332,14 @@ pub enum SystemSpec {
         /// count against the budget.
         #[serde(default)]
         assistant_recall: bool,
+        /// `"rule"` (default) or `"llm"`: DimMem's model-backed parser, with `[query_model]`.
+        #[serde(default)]
+        query_parser: QueryParserKind,
+        /// With `query_parser = "llm"`: keep the model's time constraint only when the question
+        /// names a time (memkit-engine's `llm::ground_time`; the default). False keeps the parse
+        /// as the model wrote it.
+        #[serde(default = "default_true")]
+        ground_query_time: bool,
     },
     /// HingeMem: boundary-guided hyperedges over memory records, salience rerank, adaptive stop;
     /// read part by part (descriptions and member records).
@@ -304,6 +365,14 @@ pub enum SystemSpec {
         /// Assistant recall, as for `engine` systems.
         #[serde(default)]
         assistant_recall: bool,
+        /// The query parser, as for `engine` systems.
+        #[serde(default)]
+        query_parser: QueryParserKind,
+        /// With `query_parser = "llm"`: keep the model's time constraint only when the question
+        /// names a time (memkit-engine's `llm::ground_time`; the default). False keeps the parse
+        /// as the model wrote it.
+        #[serde(default = "default_true")]
+        ground_query_time: bool,
     },
 }
 
@@ -324,6 +393,22 @@ impl SystemSpec {
     /// Whether assistant recall is on.
     pub fn assistant_recall(&self) -> bool {
         matches!(self, SystemSpec::Engine { assistant_recall: true, .. } | SystemSpec::Hinge { assistant_recall: true, .. })
+    }
+
+    /// How the system parses questions (always the rules for systems without a parser).
+    pub fn query_parser(&self) -> QueryParserKind {
+        match self {
+            SystemSpec::Engine { query_parser, .. } | SystemSpec::Hinge { query_parser, .. } => *query_parser,
+            _ => QueryParserKind::Rule,
+        }
+    }
+
+    /// Whether an LLM parse keeps its time constraint only when the question names a time.
+    pub fn grounds_query_time(&self) -> bool {
+        match self {
+            SystemSpec::Engine { ground_query_time, .. } | SystemSpec::Hinge { ground_query_time, .. } => *ground_query_time,
+            _ => false,
+        }
     }
 
     /// Where the system's records come from (engine and HingeMem systems).
@@ -369,6 +454,17 @@ impl EvalRecipe {
             if let Some(unknown) = qa.systems.iter().find(|n| !self.systems.iter().any(|s| s.name() == n.as_str())) {
                 return Err(format!("[qa] systems names {unknown:?}, which is not a system of this recipe"));
             }
+        }
+        let llm_systems = self.systems.iter().filter(|s| s.query_parser() == QueryParserKind::Llm).count();
+        match &self.query_model {
+            None if llm_systems > 0 => {
+                return Err("a system has query_parser = \"llm\", but the recipe has no [query_model] to parse with".into());
+            }
+            Some(_) if llm_systems == 0 => {
+                return Err("[query_model] is set, but no system has query_parser = \"llm\"".into());
+            }
+            Some(q) if q.max_tokens == 0 || q.chunk == 0 => return Err("[query_model]: max_tokens and chunk must be positive".into()),
+            _ => {}
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.systems {

@@ -23,3 +23,24 @@ fn every_committed_recipe_is_valid() {
     assert!(embedding.uses_dense(), "embedding topic shifts need the embedder");
     assert!(matches!(hinge.systems[2], SystemSpec::Hinge { .. }));
 }
+
+/// `query_parser = "llm"` needs `[query_model]`, and `[query_model]` needs a system that uses it.
+#[test]
+fn the_llm_query_parser_and_its_model_come_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |systems: &str, model: &str| {
+        let path = dir.path().join("r.toml");
+        let text = format!("name = \"r\"\n[dataset]\nkind = \"locomo\"\npath = \"x.json\"\n{systems}\n{model}");
+        std::fs::write(&path, text).unwrap();
+        EvalRecipe::from_file(&path).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let llm = "[[systems]]\nkind = \"engine\"\nname = \"e\"\nrecords = \"rule\"\nquery_parser = \"llm\"";
+    let rule = "[[systems]]\nkind = \"hinge\"\nname = \"h\"\nquery_parser = \"rule\"";
+    let model = "[query_model]\nmodel = { kind = \"local\", model = \"qwen2.5-coder-1.5b-instruct\" }";
+    assert_eq!(check(llm, model), Ok(()));
+    assert!(check(llm, "").unwrap_err().contains("no [query_model]"));
+    assert!(check(rule, model).unwrap_err().contains("no system has query_parser"));
+    assert!(check(&llm.replace("\"llm\"", "\"model\""), model).unwrap_err().contains("unknown variant"));
+    let parsed: SystemSpec = toml::from_str(&llm.replace("[[systems]]\n", "")).unwrap();
+    assert_eq!(parsed.query_parser(), memkit_eval::recipe::QueryParserKind::Llm);
+}

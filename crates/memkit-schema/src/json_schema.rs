@@ -70,6 +70,30 @@ pub fn extractor_json_schema(opts: ExtractorSchemaOptions) -> Value {
     })
 }
 
+/// The JSON Schema of a [`ParsedQuery`](crate::ParsedQuery) as `prompts/query.j2` asks for it:
+/// every field required, `time` either `null` or a constraint in its text form (`on X`,
+/// `before X`, `after X`, `around X`, `between A and B`, each date as in [`TIME_PATTERN`]), so a
+/// reply decoded under it always deserialises.
+pub fn query_json_schema() -> Value {
+    let date = "[0-9]{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|3[01]))?)?";
+    let time = format!("^((on|before|after|around) {date}|between {date} and {date})$");
+    let text = |max: usize| json!({"type": "string", "maxLength": max});
+    json!({
+        "type": "object",
+        "properties": {
+            "query_anchor": {"type": "string", "minLength": 1, "maxLength": 300},
+            "need_assistant_context": {"type": "boolean"},
+            "target_memory_type": {"type": "array", "items": {"type": "string", "enum": ["fact", "episodic", "profile"]}, "maxItems": 3},
+            "keywords": {"type": "array", "items": text(60), "maxItems": 8},
+            "time": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": time}]},
+            "location": text(80),
+            "answer_dim": {"type": "string", "enum": ["time", "location", "reason", "purpose", "keywords", "content", ""]}
+        },
+        "required": ["query_anchor", "need_assistant_context", "target_memory_type", "keywords", "time", "location", "answer_dim"],
+        "additionalProperties": false
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +117,25 @@ mod tests {
             assert!(item["properties"]["dimension"]["properties"].get(k).is_some(), "{k}");
         }
         assert_eq!(s["properties"]["memories"]["maxItems"], 12);
+    }
+
+    #[test]
+    fn the_query_schema_names_every_field_and_its_time_pattern_admits_what_constraints_parse() {
+        let s = query_json_schema();
+        let fields = serde_json::to_value(crate::ParsedQuery::default()).unwrap();
+        let fields = fields.as_object().unwrap();
+        for k in fields.keys() {
+            assert!(s["properties"].get(k).is_some(), "{k}");
+        }
+        assert_eq!(s["required"].as_array().unwrap().len(), fields.len());
+        let pattern = regex::Regex::new(s["properties"]["time"]["anyOf"][1]["pattern"].as_str().unwrap()).unwrap();
+        for ok in ["on 2023-06", "before 2023-05-20", "after 2022", "around 2023-05-08", "between 2023-05 and 2023-06-15"] {
+            assert!(pattern.is_match(ok), "{ok:?}");
+            assert!(ok.parse::<crate::TimeConstraint>().is_ok(), "{ok:?}");
+        }
+        for bad in ["last month", "2023-06", "on June 2023", "between 2023-05", "on 2023-06 ", "since 2023"] {
+            assert!(!pattern.is_match(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! A content-addressed cache of teacher replies: sha256 of (model id, rendered messages,
+//! A content-addressed cache of model replies: sha256 of (model id, rendered messages,
 //! generation parameters) → the raw reply and its usage. Entries are written to a temp file and
 //! renamed, so a crash never leaves half an entry; re-running a recipe costs nothing.
+//! [`CachedChat`] puts any chat model behind it (the eval's answer, judge and query models).
 
 use std::path::{Path, PathBuf};
 
+use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
 use memkit_infer::extract::Usage;
 use memkit_prompt::ChatMessage;
 use serde::{Deserialize, Serialize};
@@ -91,6 +93,74 @@ impl Cache {
     }
 }
 
+/// A chat model whose replies are kept in a [`Cache`], keyed by the model id, the messages, the
+/// token limit, the schema and repeat damping (replies are greedy): a re-run asks nothing again
+/// and an interrupted run resumes. Only replies are cached, never backend failures.
+pub struct CachedChat {
+    model: Box<dyn ChatModel>,
+    cache: Cache,
+}
+
+impl CachedChat {
+    /// `model` behind `cache`.
+    pub fn new(model: Box<dyn ChatModel>, cache: Cache) -> Self {
+        Self { model, cache }
+    }
+
+    fn key(&self, request: &ChatRequest) -> String {
+        let params = serde_json::json!({
+            "max_tokens": request.max_tokens,
+            "schema": request.schema,
+            "temperature": 0,
+            "avoid_repeats": request.avoid_repeats,
+        });
+        key(self.model.id(), &request.messages, &params)
+    }
+}
+
+impl ChatModel for CachedChat {
+    fn id(&self) -> &str {
+        self.model.id()
+    }
+
+    fn parallel(&self) -> usize {
+        self.model.parallel()
+    }
+
+    fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
+        let cache_error = |e: Error| memkit_infer::Error::Backend(format!("reply cache {}: {e}", self.cache.dir().display()));
+        let keys: Vec<String> = requests.iter().map(|r| self.key(r)).collect();
+        let mut out: Vec<Option<memkit_infer::Result<Reply>>> = Vec::with_capacity(requests.len());
+        for key in &keys {
+            out.push(match self.cache.get(key) {
+                Ok(Some(entry)) => Some(Ok(Reply { text: entry.raw, usage: entry.usage })),
+                Ok(None) => None,
+                Err(e) => Some(Err(cache_error(e))),
+            });
+        }
+        let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
+        if !missing.is_empty() {
+            let asked: Vec<ChatRequest> = missing.iter().map(|&i| requests[i].clone()).collect();
+            let mut replies = self.model.complete(&asked).into_iter();
+            for &i in &missing {
+                let reply = match replies.next() {
+                    Some(Ok(reply)) => {
+                        let entry = Entry { model: self.model.id().to_owned(), raw: reply.text.clone(), usage: reply.usage };
+                        match self.cache.put(&keys[i], &entry) {
+                            Ok(()) => Ok(reply),
+                            Err(e) => Err(cache_error(e)),
+                        }
+                    }
+                    Some(Err(e)) => Err(e),
+                    None => Err(memkit_infer::Error::Backend(format!("{}: fewer replies than requests", self.model.id()))),
+                };
+                out[i] = Some(reply);
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +187,51 @@ mod tests {
         assert_eq!(cache.get(&k).unwrap(), Some(entry));
         std::fs::write(cache.path(&k), b"{not json").unwrap();
         assert_eq!(cache.get(&k).unwrap(), None);
+    }
+
+    /// Counts the requests that reach it; replies with the user text reversed, and fails on
+    /// "down".
+    struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    impl ChatModel for Counting {
+        fn id(&self) -> &str {
+            "counting"
+        }
+        fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
+            self.0.fetch_add(requests.len(), std::sync::atomic::Ordering::SeqCst);
+            let mut out = Vec::new();
+            for r in requests {
+                out.push(match r.messages[0].content.as_str() {
+                    "down" => Err(memkit_infer::Error::Backend("down".into())),
+                    text => Ok(Reply { text: text.chars().rev().collect(), usage: Usage { completion_tokens: 2, ..Usage::default() } }),
+                });
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn a_cached_chat_asks_only_what_it_has_not_seen_and_never_caches_a_failure() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = tempfile::tempdir().unwrap();
+        let requests = |texts: &[&str], max_tokens: usize| -> Vec<ChatRequest> {
+            texts.iter().map(|t| ChatRequest::new(vec![ChatMessage::user(*t)], max_tokens)).collect()
+        };
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let chat = CachedChat::new(Box::new(Counting(asked.clone())), Cache::new(dir.path()));
+        let first = chat.complete(&requests(&["abc", "down"], 8));
+        assert_eq!(first[0].as_ref().unwrap().text, "cba");
+        assert_eq!(first[0].as_ref().unwrap().usage.completion_tokens, 2);
+        assert!(first[1].is_err());
+        assert_eq!(asked.load(SeqCst), 2);
+        // A new chat over the same folder: the reply comes from disk, the failure is asked again.
+        let chat = CachedChat::new(Box::new(Counting(asked.clone())), Cache::new(dir.path()));
+        let second = chat.complete(&requests(&["abc", "down", "xy"], 8));
+        assert_eq!(second[0].as_ref().unwrap(), first[0].as_ref().unwrap());
+        assert!(second[1].is_err());
+        assert_eq!(second[2].as_ref().unwrap().text, "yx");
+        assert_eq!(asked.load(SeqCst), 4, "only \"down\" and \"xy\" reach the model");
+        // Another token limit is another request.
+        assert_eq!(chat.complete(&requests(&["abc"], 9))[0].as_ref().unwrap().text, "cba");
+        assert_eq!(asked.load(SeqCst), 5);
     }
 }

@@ -4,12 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use memkit_eval::qa::ChatModel;
-use memkit_eval::recipe::{EvalRecipe, QaModel, QaSpec};
+use memkit_eval::recipe::{EvalRecipe, ModelSpec, QaSpec, QueryModelSpec};
 use memkit_eval::runner::{self, QaModels, RunOptions};
-use memkit_infer::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, OpenAiConfig, ResponseFormat};
-use memkit_prompt::ChatMessage;
-use memkit_teacher::cache::{Cache, Entry};
+use memkit_infer::chat::ChatModel;
+use memkit_teacher::cache::{Cache, CachedChat};
 
 use crate::progress::{Bars, StageReporter};
 
@@ -45,7 +43,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         None
     };
     let qa_models = recipe.qa.as_ref().map(qa_models).transpose()?;
-    let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder, qa_models };
+    let query_model = recipe.query_model.as_ref().map(query_model).transpose()?;
+    let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder, qa_models, query_model };
     let reporter = StageReporter::new(bars);
     let report = runner::run(&recipe, &options, &reporter)
         .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
@@ -81,124 +80,35 @@ fn summary(report: &memkit_eval::Report) -> String {
     out
 }
 
-/// The answer model and judge of `[qa]`, each behind the reply cache
-/// (`$MEMKIT_CACHE_DIR/qa`, default `~/.cache/memkit/qa`): a re-run asks nothing again and an
-/// interrupted run resumes.
+/// Where the eval keeps model replies: `$MEMKIT_CACHE_DIR/qa`, default `~/.cache/memkit/qa`
+/// (answers, verdicts and query parses), so a re-run asks nothing again and an interrupted run
+/// resumes.
+fn reply_cache() -> Cache {
+    Cache::new(Cache::default_dir().with_file_name("qa"))
+}
+
+/// The answer model and judge of `[qa]`, each behind the reply cache.
 fn qa_models(spec: &QaSpec) -> anyhow::Result<QaModels> {
-    let cache = Cache::new(Cache::default_dir().with_file_name("qa"));
-    let answer: Arc<dyn ChatModel> = Arc::new(Cached { model: build(&spec.answer, spec)?, cache: cache.clone() });
+    // Prompts are at most the budget plus the instructions; the judge's are short.
+    let n_ctx = (2048 + spec.chunk * (spec.budget + 1024 + spec.max_tokens)) as u32;
+    let max_tokens = spec.max_tokens.max(160);
+    let answer = chat_model(&spec.answer, spec.chunk, n_ctx, max_tokens)?;
     let judge = match (&spec.judge, spec.judged) {
-        (Some(judge), true) if *judge != spec.answer => Some(Arc::new(Cached { model: build(judge, spec)?, cache }) as Arc<dyn ChatModel>),
+        (Some(judge), true) if *judge != spec.answer => Some(chat_model(judge, spec.chunk, n_ctx, max_tokens)?),
         (_, true) => Some(Arc::clone(&answer)),
         (_, false) => None,
     };
     Ok(QaModels { answer, judge })
 }
 
-fn build(model: &QaModel, spec: &QaSpec) -> anyhow::Result<Box<dyn ChatModel>> {
-    Ok(match model {
-        QaModel::Local { model, threads, n_ctx } => {
-            let gguf = memkit_teacher::teacher::resolve_model(model)?;
-            // Prompts are at most the budget plus the instructions; the judge's are short.
-            let n_ctx = n_ctx.unwrap_or_else(|| (2048 + spec.chunk * (spec.budget + 1024 + spec.max_tokens)) as u32);
-            let chat = memkit_infer::extract::LocalChat::load(&gguf, spec.chunk, *threads, Some(n_ctx), spec.max_tokens.max(160))
-                .with_context(|| format!("loading {}", gguf.display()))?;
-            Box::new(LocalModel(chat))
-        }
-        QaModel::Openai { base_url, model, api_key_env, timeout_s } => {
-            let config = OpenAiConfig {
-                api_key_env: api_key_env.clone(),
-                timeout: std::time::Duration::from_secs(*timeout_s),
-                ..OpenAiConfig::new(base_url.clone(), model.clone())
-            };
-            Box::new(EndpointModel(OpenAiClient::new(config)))
-        }
-    })
+/// The query parser's model of `[query_model]`, behind the reply cache.
+fn query_model(spec: &QueryModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+    // A question and its date after the shared instructions, and the reply.
+    let n_ctx = (2048 + spec.chunk * (256 + spec.max_tokens)) as u32;
+    chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)
 }
 
-struct LocalModel(memkit_infer::extract::LocalChat);
-
-impl ChatModel for LocalModel {
-    fn id(&self) -> String {
-        self.0.id().to_owned()
-    }
-    fn complete(
-        &self,
-        chats: &[Vec<ChatMessage>],
-        max_tokens: usize,
-        schema: Option<&serde_json::Value>,
-    ) -> memkit_eval::Result<Vec<String>> {
-        let requests: Vec<memkit_infer::chat::ChatRequest> = chats
-            .iter()
-            .map(|c| memkit_infer::chat::ChatRequest {
-                schema: schema.cloned(),
-                ..memkit_infer::chat::ChatRequest::new(c.clone(), max_tokens)
-            })
-            .collect();
-        let generations = self.0.complete(&requests).map_err(|e| memkit_eval::Error::Qa(e.to_string()))?;
-        Ok(generations.into_iter().map(|g| g.text).collect())
-    }
-}
-
-struct EndpointModel(OpenAiClient);
-
-impl ChatModel for EndpointModel {
-    fn id(&self) -> String {
-        format!("openai:{}@{}", self.0.config().model, self.0.config().base_url)
-    }
-    fn complete(
-        &self,
-        chats: &[Vec<ChatMessage>],
-        max_tokens: usize,
-        schema: Option<&serde_json::Value>,
-    ) -> memkit_eval::Result<Vec<String>> {
-        chats
-            .iter()
-            .map(|messages| {
-                let mut request = ChatCompletionRequest::new("", messages.clone());
-                request.max_tokens = Some(max_tokens);
-                request.temperature = Some(0.0);
-                request.response_format = schema.map(|schema| ResponseFormat::JsonSchema {
-                    json_schema: JsonSchemaFormat { name: "verdict".into(), schema: Some(schema.clone()), strict: Some(true) },
-                });
-                let response = self.0.chat(&request).map_err(|e| memkit_eval::Error::Qa(e.to_string()))?;
-                Ok(response.content().unwrap_or_default().to_owned())
-            })
-            .collect()
-    }
-}
-
-/// A model whose replies are kept in the content-addressed cache, keyed by the model id, the
-/// messages, `max_tokens` and the schema.
-struct Cached {
-    model: Box<dyn ChatModel>,
-    cache: Cache,
-}
-
-impl ChatModel for Cached {
-    fn id(&self) -> String {
-        self.model.id()
-    }
-    fn complete(
-        &self,
-        chats: &[Vec<ChatMessage>],
-        max_tokens: usize,
-        schema: Option<&serde_json::Value>,
-    ) -> memkit_eval::Result<Vec<String>> {
-        let id = self.model.id();
-        let params = serde_json::json!({ "max_tokens": max_tokens, "schema": schema, "temperature": 0 });
-        let keys: Vec<String> = chats.iter().map(|c| memkit_teacher::cache::key(&id, c, &params)).collect();
-        let cache_err = |e: memkit_teacher::Error| memkit_eval::Error::Qa(format!("reply cache {}: {e}", self.cache.dir().display()));
-        let mut replies: Vec<Option<String>> =
-            keys.iter().map(|k| Ok(self.cache.get(k).map_err(cache_err)?.map(|e| e.raw))).collect::<memkit_eval::Result<_>>()?;
-        let missing: Vec<usize> = (0..chats.len()).filter(|&i| replies[i].is_none()).collect();
-        if !missing.is_empty() {
-            let asked: Vec<Vec<ChatMessage>> = missing.iter().map(|&i| chats[i].clone()).collect();
-            for (&i, raw) in missing.iter().zip(self.model.complete(&asked, max_tokens, schema)?) {
-                self.cache.put(&keys[i], &Entry { model: id.clone(), raw: raw.clone(), usage: Default::default() }).map_err(cache_err)?;
-                replies[i] = Some(raw);
-            }
-        }
-        Ok(replies.into_iter().map(|r| r.expect("every reply filled")).collect())
-    }
+/// A recipe's model (see [`super::chat_model`]) behind the reply cache.
+fn chat_model(model: &ModelSpec, batch: usize, n_ctx: u32, max_tokens: usize) -> anyhow::Result<Arc<dyn ChatModel>> {
+    Ok(Arc::new(CachedChat::new(super::chat_model(model, batch, n_ctx, max_tokens)?, reply_cache())))
 }

@@ -100,6 +100,34 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<MemoryRecord>> {
     Ok(out)
 }
 
+/// A chat model as a recipe names it: a local GGUF (a packaged name or a path) decoding `batch`
+/// chats at once in `n_ctx` KV cells unless the spec sets them, or an OpenAI-compatible endpoint
+/// with `batch` requests in flight.
+pub fn chat_model(
+    model: &memkit_eval::recipe::ModelSpec,
+    batch: usize,
+    n_ctx: u32,
+    max_tokens: usize,
+) -> anyhow::Result<Box<dyn memkit_infer::chat::ChatModel>> {
+    use memkit_eval::recipe::ModelSpec;
+    Ok(match model {
+        ModelSpec::Local { model, threads, n_ctx: set } => {
+            let gguf = memkit_teacher::teacher::resolve_model(model)?;
+            let chat = memkit_infer::extract::LocalChat::load(&gguf, batch, *threads, Some(set.unwrap_or(n_ctx)), max_tokens)
+                .with_context(|| format!("loading {}", gguf.display()))?;
+            Box::new(chat)
+        }
+        ModelSpec::Openai { base_url, model, api_key_env, timeout_s } => {
+            let config = memkit_infer::openai::OpenAiConfig {
+                api_key_env: api_key_env.clone(),
+                timeout: std::time::Duration::from_secs(*timeout_s),
+                ..memkit_infer::openai::OpenAiConfig::new(base_url.clone(), model.clone())
+            };
+            Box::new(memkit_infer::chat::OpenAiChat::new(memkit_infer::openai::OpenAiClient::new(config), batch))
+        }
+    })
+}
+
 /// Loads all-MiniLM-L6-v2 from `dir`, or from the models directory when installed.
 pub fn load_embedder(dir: Option<&Path>) -> anyhow::Result<Option<std::sync::Arc<memkit_infer::SentenceEmbedder>>> {
     let dir = match dir {

@@ -7,12 +7,15 @@ use chrono::NaiveDateTime;
 use memkit_engine::Retriever;
 use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::{Route, TriPath, TriPathConfig};
+use memkit_engine::llm::LlmQueryParser;
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::{MemoryStore, SqliteStore};
+use memkit_eval::recipe::ModelSpec;
 
-/// Ask a memory database a question: the rule parser turns it into retrieval fields, BM25, dense
+/// Ask a memory database a question: the rule parser (or, with --parser-model, DimMem's
+/// language-model parser) turns it into retrieval fields, BM25, dense
 /// (all-MiniLM-L6-v2, when installed) and dimension match retrieve, DimMem fusion combines them,
 /// HingeMem's adaptive stop cuts the list, and assistant replies are attached when the question
 /// asks what the assistant said. The dense route's record vectors are cached in the database, so
@@ -45,6 +48,35 @@ pub struct Args {
     /// Leave the dense route out even when the embedder is installed.
     #[arg(long)]
     no_dense: bool,
+    /// Parse the question with this chat model through prompts/query.j2 (DimMem's query parser)
+    /// instead of the rules: a packaged model name (`memkit models list`) or a .gguf path, or
+    /// with --parser-endpoint the model name the server knows. An unusable reply falls back to
+    /// the rules, with a warning.
+    #[arg(long)]
+    parser_model: Option<String>,
+    /// An OpenAI-compatible API root (with /v1) serving --parser-model, e.g. `memkit serve`'s.
+    #[arg(long, requires = "parser_model")]
+    parser_endpoint: Option<String>,
+}
+
+/// The question's retrieval fields: from the rules, or from the parser model.
+fn parse(args: &Args) -> anyhow::Result<memkit_schema::ParsedQuery> {
+    let Some(model) = &args.parser_model else { return Ok(RuleQueryParser.parse(&args.question, args.date)?) };
+    let spec = match &args.parser_endpoint {
+        Some(url) => ModelSpec::openai(url.clone(), model.clone()),
+        None => ModelSpec::local(model.clone()),
+    };
+    let max_tokens = LlmQueryParser::DEFAULT_MAX_TOKENS;
+    let chat = super::chat_model(&spec, 1, 4096, max_tokens)?;
+    let parser = LlmQueryParser::new(chat.into())?.with_max_tokens(max_tokens);
+    let parsed = parser.parse(&args.question, args.date)?;
+    if parser.stats().fallbacks > 0 {
+        tracing::warn!(
+            model = parser.model_id(),
+            "the parser model's reply was cut off or did not parse: the rule parser's fields are used"
+        );
+    }
+    Ok(parsed)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -53,7 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut store = SqliteStore::open(&args.db)?;
     let records = store.list_records()?;
-    let parsed = RuleQueryParser.parse(&args.question, args.date)?;
+    let parsed = parse(&args)?;
     let embedder = if args.no_dense { None } else { super::load_embedder(args.embedder_dir.as_deref())? };
     let tri = match embedder {
         Some(embedder) => {

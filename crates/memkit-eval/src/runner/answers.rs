@@ -6,7 +6,7 @@ use chrono::NaiveDateTime;
 use memkit_data::Question;
 use memkit_prompt::AnswerMemory;
 
-use crate::qa::{ChatModel, QaItem};
+use crate::qa::QaItem;
 use crate::recipe::QaSpec;
 use crate::recipe::SystemSpec;
 use crate::report::{QaMetrics, QaSection, QaSystemMetrics};
@@ -95,8 +95,8 @@ pub(super) fn answer_questions(
     let questions = items.iter().map(|i| i.question_id.as_str()).collect::<HashSet<_>>().len();
     Ok(QaSection {
         metrics: QaMetrics {
-            answer_model: models.answer.id(),
-            judge_model: judge.map(ChatModel::id),
+            answer_model: models.answer.id().to_owned(),
+            judge_model: judge.map(|j| j.id().to_owned()),
             questions,
             seed: spec.seed,
             budget: spec.budget,

@@ -9,6 +9,11 @@ use serde_json::json;
 use crate::recipe::{RecordSource, SystemSpec};
 use crate::{Error, Result, SystemMetrics};
 
+/// For a records file: how many of its records belong to no evaluated dialogue (skipped, with a
+/// warning); and for records written by `memkit extract` with a model, what extraction cost
+/// (wall seconds per window, a batch's time shared among its windows; completion tokens per
+/// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
+/// there is one.
 pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
     let Some(RecordSource::File(path)) = system.record_source() else { return Ok(()) };
     // Records of dialogues this run does not evaluate are skipped: count them and say so.

@@ -10,8 +10,9 @@
 //!   tokens are the whole dialogue).
 //! - `bm25_turns` / `bm25_observations`: BM25 over raw turns / LoCoMo observations, queried with
 //!   the question text.
-//! - `engine`: records from a [`RecordSource`], the rule query parser, DimMem's tri-path routes
-//!   and fusion; optionally HingeMem's adaptive stop on the fused list.
+//! - `engine`: records from a [`RecordSource`], a query parser (the rules, or DimMem's language
+//!   model with `[query_model]`), DimMem's tri-path routes and fusion; optionally HingeMem's
+//!   adaptive stop on the fused list.
 //! - `hinge`: boundary-guided hyperedges over records from a [`RecordSource`], salience rerank,
 //!   adaptive stop; its units are the hyperedges' descriptions and member records, in the order
 //!   [`HingeIndex::read`] gives.
@@ -38,8 +39,13 @@ use memkit_data::{LocomoSample, LongMemEvalItem, Question};
 use memkit_engine::dense::{CachedEmbedder, Embedder};
 use memkit_schema::Dialogue;
 
-use crate::qa::{ChatModel, QaItem};
-use crate::recipe::{DatasetSpec, EvalRecipe, SystemSpec};
+use memkit_engine::llm::{LlmQueryParser, ParserStats, ground_time};
+use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_infer::chat::ChatModel;
+use memkit_schema::ParsedQuery;
+
+use crate::qa::QaItem;
+use crate::recipe::{DatasetSpec, EvalRecipe, QueryModelSpec, QueryParserKind, SystemSpec};
 use crate::retrieval::is_abstention;
 use crate::{Error, Report, Result, SystemMetrics, TokenCounter};
 
@@ -73,6 +79,8 @@ pub struct RunOptions {
     pub embedder: Option<Arc<dyn Embedder>>,
     /// The answer model and judge of a recipe with `[qa]`, built by the caller from it.
     pub qa_models: Option<QaModels>,
+    /// The model of a recipe with `[query_model]`, built by the caller from it.
+    pub query_model: Option<Arc<dyn ChatModel>>,
 }
 
 /// The models of `[qa]`.
@@ -91,6 +99,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         command: options.command.clone(),
         embedder: options.embedder.clone().map(|e| Arc::new(CachedEmbedder::new(e)) as Arc<dyn Embedder>),
         qa_models: options.qa_models.as_ref().map(|m| QaModels { answer: Arc::clone(&m.answer), judge: m.judge.clone() }),
+        query_model: options.query_model.clone(),
     };
     let options = &cached;
     let counter = TokenCounter::o200k()?;
@@ -102,6 +111,9 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
     ];
     if recipe.qa.is_some() && options.qa_models.is_none() {
         return Err(Error::Qa("the recipe has [qa] but no answer model was given".into()));
+    }
+    if recipe.query_model.is_some() && options.query_model.is_none() {
+        return Err(Error::Qa("the recipe has [query_model] but no query model was given".into()));
     }
     let mut qa_items = Vec::new();
     let systems = match &recipe.dataset {
@@ -126,7 +138,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
                 samples.len(),
                 warnings
             ));
-            run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items)?
+            run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items, &mut notes)?
         }
         DatasetSpec::Longmemeval { limit, .. } => {
             let mut items = memkit_data::load_longmemeval(&path)?;
@@ -138,7 +150,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
                 "LongMemEval: {} questions read, {abstention} abstention (`_abs`) questions excluded; session-level recall_any/recall_all/nDCG@k (official definitions) in the tables, turn level in metrics.json.",
                 items.len()
             ));
-            run_longmemeval(recipe, &items, options, &counter, reporter, &mut qa_items)?
+            run_longmemeval(recipe, &items, options, &counter, reporter, &mut qa_items, &mut notes)?
         }
     };
     let dataset = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| recipe.dataset.name().to_string());
@@ -165,6 +177,7 @@ fn run_locomo(
     counter: &TokenCounter,
     reporter: &dyn Reporter,
     qa_items: &mut Vec<QaItem>,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<SystemMetrics>> {
     // QA over categories 1–4: the ones with a gold answer to score.
     let scored: Vec<&str> = samples
@@ -185,7 +198,7 @@ fn run_locomo(
             }
         })
         .collect();
-    run_cases(recipe, &cases, None, &scored, options, counter, reporter, qa_items)
+    run_cases(recipe, &cases, None, &scored, options, counter, reporter, qa_items, notes)
 }
 
 /// A dialogue and the questions asked about it: what both benchmarks reduce to.
@@ -210,8 +223,25 @@ fn run_cases(
     counter: &TokenCounter,
     reporter: &dyn Reporter,
     qa_items: &mut Vec<QaItem>,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<SystemMetrics>> {
     let in_qa = qa_sample(recipe.qa.as_ref(), scored);
+    // The language-model parses, once per question for every system that uses them.
+    let asked: Vec<(&str, Option<NaiveDateTime>)> =
+        cases.iter().flat_map(|c| c.questions.iter().map(|(q, date, _)| (q.question.as_str(), *date))).collect();
+    let llm_parses = match (&recipe.query_model, &options.query_model) {
+        (Some(spec), Some(model)) => {
+            let (parses, stats) = parse_with_model(spec, model, &asked, reporter)?;
+            notes.push(format!(
+                "Systems with query_parser = \"llm\" parse questions with {} (prompts/query.j2, JSON constrained): {} questions asked, {} fell back to the rule parser (reply cut off or unparsable); with ground_query_time (the default) a time constraint stays only when the question names a time (query_times_dropped counts the others). Their latency excludes the model's time.",
+                model.id(),
+                stats.asked,
+                stats.fallbacks
+            ));
+            Some((parses, stats))
+        }
+        _ => None,
+    };
     let total: usize = cases.iter().map(|c| c.questions.len()).sum();
     let dialogues: Vec<&str> = cases.iter().map(|c| c.dialogue.id.as_str()).collect();
     let mut out = Vec::new();
@@ -220,6 +250,8 @@ fn run_cases(
         let with_qa = answers_qa(recipe.qa.as_ref(), system);
         reporter.start(system.name(), total as u64);
         let mut tally = Tally::new(&recipe.budgets, ks);
+        let parser = system.query_parser();
+        let (mut asked_index, mut times_dropped) = (0, 0);
         for case in cases {
             let prepared = prepare(system, case.dialogue, case.sample, options.embedder.as_ref(), counter)?;
             tally.add_dialogue(&prepared, counter);
@@ -228,7 +260,18 @@ fn run_cases(
             }
             for (q, date, category) in &case.questions {
                 let started = Instant::now();
-                let ranking = prepared.rank(&q.question, *date)?;
+                let parsed = match (parser, &llm_parses) {
+                    (QueryParserKind::Llm, Some((parses, _))) => {
+                        let mut parsed = parses[asked_index].clone();
+                        if system.grounds_query_time() && ground_time(&mut parsed, &q.question, *date) {
+                            times_dropped += 1;
+                        }
+                        parsed
+                    }
+                    _ => RuleQueryParser.parse(&q.question, *date)?,
+                };
+                asked_index += 1;
+                let ranking = prepared.rank(&q.question, &parsed)?;
                 tally.latency_ms += started.elapsed().as_secs_f64() * 1e3;
                 tally.queries += 1;
                 tally.add_evidence(&prepared, &ranking, counter, &q.evidence, category.clone());
@@ -242,17 +285,37 @@ fn run_cases(
         }
         reporter.finish();
         let mut metrics = tally.finish(system.name(), full_context, counter);
+        if let (QueryParserKind::Llm, Some((_, stats))) = (parser, &llm_parses) {
+            metrics.extra.insert("query_parser_fallbacks".into(), stats.fallbacks.into());
+            metrics.extra.insert("query_times_dropped".into(), times_dropped.into());
+        }
         extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
     }
     Ok(out)
 }
 
-/// For a records file: how many of its records belong to no evaluated dialogue (skipped, with a
-/// warning); and for records written by `memkit extract` with a model, what extraction cost
-/// (wall seconds per window, a batch's time shared among its windows; completion tokens per
-/// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
-/// there is one.
+/// Parses `asked` with `model` through `query.j2`, `spec.chunk` questions per call.
+fn parse_with_model(
+    spec: &QueryModelSpec,
+    model: &Arc<dyn ChatModel>,
+    asked: &[(&str, Option<NaiveDateTime>)],
+    reporter: &dyn Reporter,
+) -> Result<(Vec<ParsedQuery>, ParserStats)> {
+    // As the model wrote them: each system grounds the time constraint or not.
+    let parser = LlmQueryParser::new(Arc::clone(model))?.with_max_tokens(spec.max_tokens).with_grounded_time(false);
+    reporter.start("query parsing", asked.len() as u64);
+    let mut parses = Vec::with_capacity(asked.len());
+    for chunk in asked.chunks(spec.chunk.max(1)) {
+        parses.extend(parser.parse_all(chunk)?);
+        reporter.advance(chunk.len() as u64);
+    }
+    reporter.finish();
+    Ok((parses, parser.stats()))
+}
+
+/// LongMemEval: each item is one haystack dialogue with one question (abstention questions left
+/// out), ranked by sessions and turns at the recipe's `ks` besides evidence recall.
 fn run_longmemeval(
     recipe: &EvalRecipe,
     items: &[LongMemEvalItem],
@@ -260,6 +323,7 @@ fn run_longmemeval(
     counter: &TokenCounter,
     reporter: &dyn Reporter,
     qa_items: &mut Vec<QaItem>,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<SystemMetrics>> {
     let items: Vec<&LongMemEvalItem> = items.iter().filter(|i| !is_abstention(&i.question.id)).collect();
     let scored: Vec<&str> = items.iter().map(|i| i.question.id.as_str()).collect();
@@ -271,5 +335,5 @@ fn run_longmemeval(
             questions: vec![(&item.question, item.question.question_date, item.question.question_type.clone())],
         })
         .collect();
-    run_cases(recipe, &cases, Some(&recipe.ks), &scored, options, counter, reporter, qa_items)
+    run_cases(recipe, &cases, Some(&recipe.ks), &scored, options, counter, reporter, qa_items, notes)
 }

@@ -4,20 +4,18 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::NaiveDateTime;
 use memkit_data::LocomoSample;
 use memkit_engine::bm25::Bm25Index;
 use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter};
-use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::recall::{RecallStats, assistant_replies, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::AssistantReply;
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
-use memkit_schema::{Dialogue, MemoryRecord};
+use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery};
 
 use crate::pointers::{PointerTally, check_pointers};
 use crate::recipe::{RecordSource, SystemSpec};
@@ -113,11 +111,10 @@ impl Recall {
     /// When the question asks what the assistant said (the query parser's cue rule), puts the
     /// reply that followed each ranked unit's source turns right after that unit (each reply
     /// once), so its tokens count against the budget; an adaptive stop moves with its units.
-    pub(super) fn attach(&self, units: &[Unit], ranking: Ranking, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
-        let parsed = RuleQueryParser.parse(question, date)?;
+    pub(super) fn attach(&self, units: &[Unit], ranking: Ranking, parsed: &ParsedQuery) -> Result<Ranking> {
         let mut stats = RecallStats::default();
         let sources = ranking.order.iter().map(|&i| units[i].turn_ids.as_slice());
-        let replies = replies_for(|turn| Ok(self.by_turn.get(turn).cloned()), &parsed, sources, &mut stats)?;
+        let replies = replies_for(|turn| Ok(self.by_turn.get(turn).cloned()), parsed, sources, &mut stats)?;
         let mut order = Vec::with_capacity(ranking.order.len());
         let mut stop = ranking.stop;
         for (pos, (&i, attached)) in ranking.order.iter().zip(&replies).enumerate() {
@@ -132,22 +129,22 @@ impl Recall {
 }
 
 impl Prepared {
-    pub(super) fn rank(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
-        let ranking = self.rank_units(question, date)?;
+    /// Ranks the units for `question`, which the system's query parser made into `parsed`.
+    pub(super) fn rank(&self, question: &str, parsed: &ParsedQuery) -> Result<Ranking> {
+        let ranking = self.rank_units(question, parsed)?;
         match &self.recall {
-            Some(recall) => recall.attach(&self.units, ranking, question, date),
+            Some(recall) => recall.attach(&self.units, ranking, parsed),
             None => Ok(ranking),
         }
     }
 
-    pub(super) fn rank_units(&self, question: &str, date: Option<NaiveDateTime>) -> Result<Ranking> {
+    fn rank_units(&self, question: &str, parsed: &ParsedQuery) -> Result<Ranking> {
         let hits_to = |hits: &[Hit]| hits.iter().map(|h| h.doc).collect::<Vec<_>>();
         Ok(match &self.ranker {
             Ranker::Chronological => Ranking::new((0..self.units.len()).collect(), None),
             Ranker::Bm25(index) => Ranking::new(hits_to(&index.search_text(question, self.units.len())), None),
             Ranker::Engine { tri, adaptive } => {
-                let parsed = RuleQueryParser.parse(question, date)?;
-                let hits = tri.search(&parsed, tri.fusion().cap())?;
+                let hits = tri.search(parsed, tri.fusion().cap())?;
                 if *adaptive {
                     // The adaptive stop keeps the best-scored hits of the fused list, in score
                     // order (the fused list itself is in concatenation order).
@@ -158,8 +155,7 @@ impl Prepared {
                 }
             }
             Ranker::Hinge(index) => {
-                let parsed = RuleQueryParser.parse(question, date)?;
-                let reading = index.read(&parsed, classify_query(question));
+                let reading = index.read(parsed, classify_query(question));
                 let edges = index.hyperedges().len();
                 let order = reading
                     .parts
@@ -277,7 +273,14 @@ pub(super) fn prepare(
 
 #[cfg(test)]
 mod tests {
+    use chrono::NaiveDateTime;
+    use memkit_engine::query::{QueryParser, RuleQueryParser};
+
     use super::*;
+
+    fn rank(prepared: &Prepared, question: &str, date: Option<NaiveDateTime>) -> Ranking {
+        prepared.rank(question, &RuleQueryParser.parse(question, date).unwrap()).unwrap()
+    }
 
     /// See: issue 18. The adaptive stop cuts the fused list by score; the units kept must be the
     /// best-scored hits, best first, not the first hits of the concatenated route lists.
@@ -310,7 +313,7 @@ mod tests {
         let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
         let prepared = prepare(&system, &dialogue, None, None, &TokenCounter::o200k().unwrap()).unwrap();
         let question = "When did Ann move to Paris and start at the bakery?";
-        let ranking = prepared.rank(question, at(20)).unwrap();
+        let ranking = rank(&prepared, question, at(20));
         let Ranker::Engine { tri, .. } = &prepared.ranker else { panic!("an engine system") };
         let mut hits = tri.search(&RuleQueryParser.parse(question, at(20)).unwrap(), tri.fusion().cap()).unwrap();
         memkit_engine::stopping::sort_hits(&mut hits);
@@ -351,8 +354,8 @@ mod tests {
         assert_eq!(with.units.len(), without.units.len() + 2);
 
         let cue = "What sci-fi novel did you recommend to me last time?";
-        let plain = without.rank(cue, None).unwrap();
-        let ranked = with.rank(cue, None).unwrap();
+        let plain = rank(&without, cue, None);
+        let ranked = rank(&with, cue, None);
         let first = plain.order[0];
         assert_eq!(with.units[first].turn_ids, ["s:0"]);
         // The novel turn first, then its reply; the cat turn's reply right after the cat turn.
@@ -365,8 +368,8 @@ mod tests {
 
         // No cue, no replies: the same order as without recall.
         let asked = "What novel does the user want for the trip?";
-        let ranked = with.rank(asked, None).unwrap();
-        assert_eq!(ranked.order, without.rank(asked, None).unwrap().order);
+        let ranked = rank(&with, asked, None);
+        assert_eq!(ranked.order, rank(&without, asked, None).order);
         assert_eq!(ranked.recall.unwrap().triggered, 0);
     }
 
@@ -383,7 +386,7 @@ mod tests {
         let edges = index.hyperedges().len();
         assert_eq!(prepared.units.len(), edges + index.records().len());
         let question = "What did Caroline research?";
-        let ranking = prepared.rank(question, None).unwrap();
+        let ranking = rank(&prepared, question, None);
         let reading = index.read(&RuleQueryParser.parse(question, None).unwrap(), classify_query(question));
         assert!(reading.opened_parts >= 1, "{reading:?}");
         assert_eq!(ranking.order.len(), reading.parts.len());

@@ -1,0 +1,91 @@
+//! `memkit eval` with DimMem's language-model query parser: a recipe whose engine system has
+//! `query_parser = "llm"` parses every question once with the real Qwen2.5-Coder-0.5B (skipped
+//! unless installed, failing when `MEMKIT_REQUIRE_MODELS=1`), reports how many replies fell back
+//! to the rules, and a second run takes every parse from the reply cache.
+
+use std::path::Path;
+use std::process::Command;
+
+fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "--quiet", "eval", "--recipe"])
+        .arg(recipe)
+        .arg("--reports-dir")
+        .arg(reports)
+        .arg("--data-dir")
+        .arg(memkit_data::shared_data_dir())
+        .env("MEMKIT_CACHE_DIR", cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(reports.join("llm-parser/metrics.json")).unwrap()).unwrap()
+}
+
+fn cached_replies(dir: &Path) -> usize {
+    walk(dir).filter(|p| p.extension().is_some_and(|e| e == "json")).count()
+}
+
+fn walk(dir: &Path) -> Box<dyn Iterator<Item = std::path::PathBuf>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Box::new(std::iter::empty()) };
+    Box::new(entries.flatten().flat_map(|e| {
+        let p = e.path();
+        if p.is_dir() { walk(&p) } else { Box::new(std::iter::once(p)) }
+    }))
+}
+
+#[test]
+fn an_llm_parsed_system_is_evaluated_counted_and_cached() {
+    let Some(gguf) = memkit_infer::models::installed_for_tests(memkit_infer::models::QWEN2_5_CODER_0_5B.name) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("llm-parser.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            r#"
+name = "llm-parser"
+[dataset]
+kind = "locomo"
+path = "locomo/locomo10.json"
+conversations = ["conv-26"]
+sessions = 1
+
+[[systems]]
+kind = "engine"
+name = "rules"
+records = "rule"
+
+[[systems]]
+kind = "engine"
+name = "llm"
+records = "rule"
+query_parser = "llm"
+
+[query_model]
+model = {{ kind = "local", model = {gguf:?}, threads = 2 }}
+chunk = 4
+"#
+        ),
+    )
+    .unwrap();
+    let (reports, cache) = (dir.path().join("reports"), dir.path().join("cache"));
+    let metrics = eval(&recipe, &reports, &cache);
+    let systems = metrics["systems"].as_array().unwrap();
+    let questions = systems[0]["questions"].as_u64().unwrap() as usize;
+    assert!(questions > 0, "{metrics}");
+    assert_eq!(systems[1]["questions"].as_u64().unwrap() as usize, questions);
+    // Only the LLM system reports fallbacks, and there are at most as many as questions.
+    assert!(systems[0].get("query_parser_fallbacks").is_none(), "{}", systems[0]);
+    let fallbacks = systems[1]["query_parser_fallbacks"].as_u64().unwrap() as usize;
+    assert!(fallbacks <= questions, "{fallbacks} of {questions}");
+    let report = std::fs::read_to_string(reports.join("llm-parser/report.md")).unwrap();
+    assert!(report.contains("prompts/query.j2") && report.contains("fell back to the rule parser"), "{report}");
+    // Every question is parsed once (the same text twice is one cached reply).
+    let parses = cached_replies(&cache.join("qa"));
+    assert!(parses > 0);
+
+    // Again: the same figures, nothing new in the cache.
+    let again = eval(&recipe, &reports, &cache);
+    assert_eq!(cached_replies(&cache.join("qa")), parses);
+    assert_eq!(again["systems"][1]["evidence_recall_at"], systems[1]["evidence_recall_at"]);
+    assert_eq!(again["systems"][1]["query_parser_fallbacks"], systems[1]["query_parser_fallbacks"]);
+}
