@@ -1,12 +1,15 @@
-//! `memkit eval` with DimMem's language-model query parser: a recipe whose engine system has
-//! `query_parser = "llm"` parses every question once with the real Qwen2.5-Coder-0.5B (skipped
-//! unless installed, failing when `MEMKIT_REQUIRE_MODELS=1`), reports how many replies fell back
-//! to the rules, and a second run takes every parse from the reply cache.
+//! `memkit eval` with DimMem's and HingeMem's language-model steps, on the real
+//! Qwen2.5-Coder-0.5B (skipped unless installed, failing when `MEMKIT_REQUIRE_MODELS=1`): a
+//! recipe whose engine system has `query_parser = "llm"` parses every question once, one with
+//! `update = "llm"` consolidates its records, and a HingeMem system with `boundaries = "llm"`
+//! segments with the model. Each reports its fallbacks, and a second run takes every reply from
+//! the reply cache.
 
 use std::path::Path;
 use std::process::Command;
 
 fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
+    let name = recipe.file_stem().unwrap().to_str().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
         .args(["--no-progress", "--quiet", "eval", "--recipe"])
         .arg(recipe)
@@ -18,7 +21,7 @@ fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(&std::fs::read_to_string(reports.join("llm-parser/metrics.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(reports.join(name).join("metrics.json")).unwrap()).unwrap()
 }
 
 fn cached_replies(dir: &Path) -> usize {
@@ -88,4 +91,81 @@ chunk = 4
     assert_eq!(cached_replies(&cache.join("qa")), parses);
     assert_eq!(again["systems"][1]["evidence_recall_at"], systems[1]["evidence_recall_at"]);
     assert_eq!(again["systems"][1]["query_parser_fallbacks"], systems[1]["query_parser_fallbacks"]);
+}
+
+#[test]
+fn llm_update_and_llm_boundaries_are_evaluated_counted_and_cached() {
+    use memkit_infer::models::{ALL_MINILM_L6_V2, QWEN2_5_CODER_0_5B, installed_for_tests};
+    let (Some(gguf), Some(_)) = (installed_for_tests(QWEN2_5_CODER_0_5B.name), installed_for_tests(ALL_MINILM_L6_V2.name)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("llm-steps.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            r#"
+name = "llm-steps"
+[dataset]
+kind = "locomo"
+path = "locomo/locomo10.json"
+conversations = ["conv-26"]
+sessions = 1
+
+[[systems]]
+kind = "engine"
+name = "rule update"
+records = "rule"
+rule_extractor.per_sentence = true
+update = "rule"
+
+[[systems]]
+kind = "engine"
+name = "llm update"
+records = "rule"
+rule_extractor.per_sentence = true
+update = "llm"
+
+[[systems]]
+kind = "hinge"
+name = "llm boundaries"
+records = "rule"
+boundaries = "llm"
+
+[update_model]
+model = {{ kind = "local", model = {gguf:?}, threads = 2 }}
+
+[boundary_model]
+model = {{ kind = "local", model = {gguf:?}, threads = 2 }}
+messages = 12
+"#
+        ),
+    )
+    .unwrap();
+    let (reports, cache) = (dir.path().join("reports"), dir.path().join("cache"));
+    let metrics = eval(&recipe, &reports, &cache);
+    let systems = metrics["systems"].as_array().unwrap();
+    // Both updating systems consolidate the same records; every record is merged, superseded
+    // or kept.
+    for s in &systems[..2] {
+        let count = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"));
+        assert!(count("update_records_in") > 0, "{s}");
+        assert_eq!(count("update_records_in"), count("update_merges") + count("update_supersedes") + count("update_records_kept"), "{s}");
+    }
+    assert_eq!(systems[0]["update_records_in"], systems[1]["update_records_in"]);
+    assert!(systems[2].get("update_records_in").is_none());
+    let report = std::fs::read_to_string(reports.join("llm-steps/report.md")).unwrap();
+    assert!(report.contains("prompts/update.j2") && report.contains("prompts/boundary.j2"), "{report}");
+    // conv-26's first session (18 messages) in pieces of 12: two pieces.
+    assert!(report.contains("2 pieces asked"), "{report}");
+    let replies = cached_replies(&cache.join("qa"));
+    assert!(replies >= 2, "{replies}");
+
+    // Again: the same figures, nothing new in the cache.
+    let again = eval(&recipe, &reports, &cache);
+    assert_eq!(cached_replies(&cache.join("qa")), replies);
+    for i in 0..3 {
+        assert_eq!(again["systems"][i]["evidence_recall_at"], systems[i]["evidence_recall_at"], "{}", systems[i]["name"]);
+    }
+    assert_eq!(again["systems"][1]["update_merges"], systems[1]["update_merges"]);
 }

@@ -15,8 +15,9 @@
 //!
 //! - `dense`: implements [`dense::Embedder`] for memkit-infer's `SentenceEmbedder`
 //!   (all-MiniLM-L6-v2 in candle), so the dense route and the update step use real embeddings.
-//! - `llm`: [`llm::LlmQueryParser`], DimMem's query parser on any memkit-infer chat model (a
-//!   GGUF in process or an OpenAI-compatible endpoint), with `prompts/query.j2`.
+//! - `llm`: DimMem's language-model steps on any memkit-infer chat model (a GGUF in process or
+//!   an OpenAI-compatible endpoint): [`llm::LlmQueryParser`] with `prompts/query.j2` and
+//!   [`llm::LlmConsolidator`] with `prompts/update.j2`.
 
 pub mod bm25;
 pub mod dense;

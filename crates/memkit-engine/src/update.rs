@@ -42,11 +42,29 @@ pub enum Decision {
     KeepBoth,
 }
 
+/// A consolidator's answer for one (new, old) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// What to do.
+    pub decision: Decision,
+    /// For a merge, the combined content the consolidator wrote; `None` keeps the longer of
+    /// the two ([`merge_records`]).
+    pub merged_content: Option<String>,
+}
+
+impl From<Decision> for Verdict {
+    fn from(decision: Decision) -> Self {
+        Verdict { decision, merged_content: None }
+    }
+}
+
 /// Decides between merge, supersede and keep-both for one (new, old) pair that passed the
-/// type, keyword and cosine filters. An LLM consolidator implements the same trait.
+/// type, keyword and cosine filters: the [`RuleConsolidator`], or DimMem's language model
+/// (`llm::LlmConsolidator`, feature `llm`).
 pub trait Consolidator {
-    /// The decision for `new` against `old`, whose embeddings have cosine `cosine`.
-    fn decide(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Decision;
+    /// The verdict for `new` against `old`, whose embeddings have cosine `cosine`. An error (a
+    /// model backend that failed) stops the update pass before anything is written.
+    fn decide(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Result<Verdict>;
 }
 
 /// The rule consolidator of SPEC §6.
@@ -81,8 +99,9 @@ fn token_set(text: &str) -> HashSet<String> {
     content_tokens(text).into_iter().collect()
 }
 
-impl Consolidator for RuleConsolidator {
-    fn decide(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Decision {
+impl RuleConsolidator {
+    /// The rules' decision for `new` against `old` (see the type's docs).
+    pub fn decision(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Decision {
         match new.memory_type {
             MemoryType::Fact => {
                 if cosine >= self.same_value_cosine || token_set(&new.content) == token_set(&old.content) {
@@ -102,6 +121,12 @@ impl Consolidator for RuleConsolidator {
                 _ => Decision::Merge,
             },
         }
+    }
+}
+
+impl Consolidator for RuleConsolidator {
+    fn decide(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Result<Verdict> {
+        Ok(self.decision(new, old, cosine).into())
     }
 }
 
@@ -329,25 +354,26 @@ pub fn update<S: MemoryStore + ?Sized>(
             scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             stats.cosine_candidates += scored.len();
             for (i, c) in scored {
-                match consolidator.decide(&entries[new_index].record, &entries[i].record, c) {
-                    Decision::KeepBoth => continue,
-                    d => {
-                        decided = Some((d, i));
-                        break;
-                    }
+                let verdict = consolidator.decide(&entries[new_index].record, &entries[i].record, c)?;
+                if verdict.decision != Decision::KeepBoth {
+                    decided = Some((verdict, i));
+                    break;
                 }
             }
         }
-        match decided {
-            Some((Decision::Merge, i)) => {
+        match decided.map(|(v, i)| (v.decision, v.merged_content, i)) {
+            Some((Decision::Merge, content, i)) => {
                 entries[i].record = merge_records(&entries[i].record, &entries[new_index].record);
+                if let Some(content) = content {
+                    entries[i].record.content = content;
+                }
                 entries[i].keywords = keyword_tokens(&entries[i].record);
                 entries[i].version += 1;
                 vectors.invalidate(i);
                 vectors.invalidate(new_index);
                 stats.merges += 1;
             }
-            Some((Decision::Supersede, i)) => {
+            Some((Decision::Supersede, _, i)) => {
                 entries[i].alive = false;
                 vectors.invalidate(i);
                 if entries[i].origin == Origin::Stored {
@@ -399,18 +425,18 @@ mod tests {
         let c = RuleConsolidator::default();
         let old = rec("o", MemoryType::Fact, "Ann lives in Paris.", "", "2023-01-01T10:00:00");
         let moved = rec("n", MemoryType::Fact, "Ann lives in Berlin.", "", "2023-06-01T10:00:00");
-        assert_eq!(c.decide(&moved, &old, 0.8), Decision::Supersede);
-        assert_eq!(c.decide(&old, &moved, 0.8), Decision::KeepBoth, "an older message does not supersede");
+        assert_eq!(c.decision(&moved, &old, 0.8), Decision::Supersede);
+        assert_eq!(c.decision(&old, &moved, 0.8), Decision::KeepBoth, "an older message does not supersede");
         let same = rec("s", MemoryType::Fact, "Ann lives in Paris", "", "2023-06-01T10:00:00");
-        assert_eq!(c.decide(&same, &old, 0.8), Decision::Merge);
+        assert_eq!(c.decision(&same, &old, 0.8), Decision::Merge);
 
         let a = rec("a", MemoryType::Episodic, "Ann ran a race.", "2023-05-20", "");
         let b = rec("b", MemoryType::Episodic, "Ann ran a charity race.", "2023-05", "");
         let later = rec("c", MemoryType::Episodic, "Ann ran a race.", "2023-09-02", "");
-        assert_eq!(c.decide(&b, &a, 0.9), Decision::Merge);
-        assert_eq!(c.decide(&later, &a, 0.9), Decision::KeepBoth);
+        assert_eq!(c.decision(&b, &a, 0.9), Decision::Merge);
+        assert_eq!(c.decision(&later, &a, 0.9), Decision::KeepBoth);
         let undated = rec("d", MemoryType::Profile, "Ann loves running.", "", "");
-        assert_eq!(c.decide(&undated, &a, 0.9), Decision::Merge);
+        assert_eq!(c.decision(&undated, &a, 0.9), Decision::Merge);
     }
 
     #[test]

@@ -51,6 +51,71 @@ pub struct EvalRecipe {
     /// parser fills each question's fields from `prompts/query.j2`.
     #[serde(default)]
     pub query_model: Option<QueryModelSpec>,
+    /// The model of the systems with `update = "llm"` (`[update_model]`): DimMem's update
+    /// consolidator decides each candidate pair from `prompts/update.j2`.
+    #[serde(default)]
+    pub update_model: Option<UpdateModelSpec>,
+    /// The model of the HingeMem systems with `boundaries = "llm"` (`[boundary_model]`):
+    /// HingeMem's segmenter draws boundaries from `prompts/boundary.j2`.
+    #[serde(default)]
+    pub boundary_model: Option<BoundaryModelSpec>,
+}
+
+/// `[update_model]`: the chat model that consolidates records for systems with
+/// `update = "llm"`. Replies are cached like the QA replies; a reply that is cut off or does not
+/// parse is decided by the rules instead (counted in the report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateModelSpec {
+    /// The model.
+    pub model: ModelSpec,
+    /// Most tokens per reply.
+    #[serde(default = "default_update_max_tokens")]
+    pub max_tokens: usize,
+}
+
+/// `[boundary_model]`: the chat model that draws HingeMem's boundaries for systems with
+/// `boundaries = "llm"`. Replies are cached like the QA replies; a piece whose reply is cut off
+/// or does not parse is segmented by the rules instead (counted in the report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundaryModelSpec {
+    /// The model.
+    pub model: ModelSpec,
+    /// Most tokens per reply.
+    #[serde(default = "default_boundary_max_tokens")]
+    pub max_tokens: usize,
+    /// Messages shown per request (each session is cut into pieces of at most this many).
+    #[serde(default = "default_boundary_messages")]
+    pub messages: usize,
+    /// Requests per model call (a local model decodes them as one batch).
+    #[serde(default = "default_qa_chunk")]
+    pub chunk: usize,
+}
+
+/// Where a HingeMem system's segment boundaries come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundaryKind {
+    /// The rule segmenter (`[systems.segmenter]`; the default).
+    #[default]
+    Rule,
+    /// HingeMem's language-model segmenter, with the recipe's `[boundary_model]`.
+    Llm,
+}
+
+/// Whether an engine system consolidates its records before indexing them (DimMem's
+/// dimension-aware update, per dialogue, in record order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateKind {
+    /// Every record is indexed as extracted (the default).
+    #[default]
+    None,
+    /// The rule consolidator decides merge / supersede / keep both.
+    Rule,
+    /// DimMem's language-model consolidator, with the recipe's `[update_model]`.
+    Llm,
 }
 
 /// `[query_model]`: the chat model that parses questions for systems with
@@ -195,6 +260,15 @@ fn default_qa_max_tokens() -> usize {
 fn default_query_max_tokens() -> usize {
     memkit_engine::llm::LlmQueryParser::DEFAULT_MAX_TOKENS
 }
+fn default_update_max_tokens() -> usize {
+    memkit_engine::llm::LlmConsolidator::DEFAULT_MAX_TOKENS
+}
+fn default_boundary_max_tokens() -> usize {
+    memkit_engine::llm::LlmSegmenter::DEFAULT_MAX_TOKENS
+}
+fn default_boundary_messages() -> usize {
+    memkit_engine::llm::LlmSegmenter::DEFAULT_MESSAGES
+}
 fn default_qa_chunk() -> usize {
     4
 }
@@ -245,13 +319,18 @@ pub enum DatasetSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sessions: Option<usize>,
     },
-    /// LongMemEval (oracle or S); `limit` keeps the first N questions (all when absent).
+    /// LongMemEval (oracle or S); `question_types` keeps the questions of those types, then
+    /// `limit` the first N of them (all when absent).
     Longmemeval {
         /// Path relative to the data dir, or absolute.
         path: PathBuf,
-        /// Keep the first N questions of the file.
+        /// Keep the first N questions (after the type filter).
         #[serde(default)]
         limit: Option<usize>,
+        /// Keep only these question types (`knowledge-update`, `multi-session`, …); all when
+        /// empty.
+        #[serde(default)]
+        question_types: Vec<String>,
     },
 }
 
@@ -340,6 +419,11 @@ pub enum SystemSpec {
         /// as the model wrote it.
         #[serde(default = "default_true")]
         ground_query_time: bool,
+        /// Consolidate the dialogue's records before indexing them: `"none"` (default),
+        /// `"rule"`, or `"llm"` with `[update_model]` (DimMem's dimension-aware update; needs
+        /// the embedder for its cosine filter).
+        #[serde(default)]
+        update: UpdateKind,
     },
     /// HingeMem: boundary-guided hyperedges over memory records, salience rerank, adaptive stop;
     /// read part by part (descriptions and member records).
@@ -355,9 +439,14 @@ pub enum SystemSpec {
         /// Merge, salience, rerank and stop settings (`[systems.hinge]`).
         #[serde(default)]
         hinge: HingeConfig,
-        /// Boundary rules (`[systems.segmenter]`).
+        /// Boundary rules (`[systems.segmenter]`; with `boundaries = "llm"`, for the pieces
+        /// whose reply is unusable).
         #[serde(default)]
         segmenter: SegmenterConfig,
+        /// `"rule"` (default) or `"llm"`: HingeMem's model-drawn boundaries, with
+        /// `[boundary_model]`.
+        #[serde(default)]
+        boundaries: BoundaryKind,
         /// Find topic shifts by sentence embeddings of adjacent turn windows rather than by token
         /// overlap (needs the embedder).
         #[serde(default)]
@@ -381,12 +470,29 @@ fn raw_turns() -> RecordSource {
 }
 
 impl SystemSpec {
-    /// True when the system needs the sentence embedder (the dense route, embedding topic shifts).
+    /// True when the system needs the sentence embedder (the dense route, embedding topic shifts,
+    /// the update's cosine filter).
     pub fn uses_dense(&self) -> bool {
         match self {
-            SystemSpec::Engine { retrieval, .. } => retrieval.uses_dense(),
+            SystemSpec::Engine { retrieval, update, .. } => retrieval.uses_dense() || *update != UpdateKind::None,
             SystemSpec::Hinge { embedding_topics, .. } => *embedding_topics,
             _ => false,
+        }
+    }
+
+    /// Where a HingeMem system's boundaries come from (the rules for other systems).
+    pub fn boundaries(&self) -> BoundaryKind {
+        match self {
+            SystemSpec::Hinge { boundaries, .. } => *boundaries,
+            _ => BoundaryKind::Rule,
+        }
+    }
+
+    /// How the system consolidates its records before indexing them.
+    pub fn update(&self) -> UpdateKind {
+        match self {
+            SystemSpec::Engine { update, .. } => *update,
+            _ => UpdateKind::None,
         }
     }
 
@@ -464,6 +570,26 @@ impl EvalRecipe {
                 return Err("[query_model] is set, but no system has query_parser = \"llm\"".into());
             }
             Some(q) if q.max_tokens == 0 || q.chunk == 0 => return Err("[query_model]: max_tokens and chunk must be positive".into()),
+            _ => {}
+        }
+        let llm_updates = self.systems.iter().filter(|s| s.update() == UpdateKind::Llm).count();
+        match &self.update_model {
+            None if llm_updates > 0 => {
+                return Err("a system has update = \"llm\", but the recipe has no [update_model] to decide with".into());
+            }
+            Some(_) if llm_updates == 0 => return Err("[update_model] is set, but no system has update = \"llm\"".into()),
+            Some(u) if u.max_tokens == 0 => return Err("[update_model]: max_tokens must be positive".into()),
+            _ => {}
+        }
+        let llm_boundaries = self.systems.iter().filter(|s| s.boundaries() == BoundaryKind::Llm).count();
+        match &self.boundary_model {
+            None if llm_boundaries > 0 => {
+                return Err("a system has boundaries = \"llm\", but the recipe has no [boundary_model] to segment with".into());
+            }
+            Some(_) if llm_boundaries == 0 => return Err("[boundary_model] is set, but no system has boundaries = \"llm\"".into()),
+            Some(b) if b.max_tokens == 0 || b.messages < 2 || b.chunk == 0 => {
+                return Err("[boundary_model]: max_tokens and chunk must be positive, messages at least 2".into());
+            }
             _ => {}
         }
         let mut seen = std::collections::HashSet::new();

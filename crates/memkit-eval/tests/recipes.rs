@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use memkit_eval::recipe::{EvalRecipe, SystemSpec};
+use memkit_eval::recipe::{EvalRecipe, SystemSpec, UpdateKind};
 
 #[test]
 fn every_committed_recipe_is_valid() {
@@ -43,4 +43,36 @@ fn the_llm_query_parser_and_its_model_come_together() {
     assert!(check(&llm.replace("\"llm\"", "\"model\""), model).unwrap_err().contains("unknown variant"));
     let parsed: SystemSpec = toml::from_str(&llm.replace("[[systems]]\n", "")).unwrap();
     assert_eq!(parsed.query_parser(), memkit_eval::recipe::QueryParserKind::Llm);
+}
+
+/// `update = "llm"` needs `[update_model]`, and `[update_model]` needs a system that uses it; a
+/// system that consolidates needs the embedder (the update's cosine filter).
+#[test]
+fn the_llm_update_and_its_model_come_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |systems: &str, model: &str| {
+        let path = dir.path().join("r.toml");
+        let text = format!(
+            "name = \"r\"\n[dataset]\nkind = \"longmemeval\"\npath = \"x.json\"\nquestion_types = [\"knowledge-update\"]\n{systems}\n{model}"
+        );
+        std::fs::write(&path, text).unwrap();
+        EvalRecipe::from_file(&path).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let llm = "[[systems]]\nkind = \"engine\"\nname = \"e\"\nrecords = \"rule\"\nupdate = \"llm\"";
+    let rule = "[[systems]]\nkind = \"engine\"\nname = \"e\"\nrecords = \"rule\"\nupdate = \"rule\"";
+    let model = "[update_model]\nmodel = { kind = \"local\", model = \"qwen2.5-coder-1.5b-instruct\" }";
+    assert_eq!(check(llm, model), Ok(()));
+    assert_eq!(check(rule, ""), Ok(()));
+    assert!(check(llm, "").unwrap_err().contains("no [update_model]"));
+    assert!(check(rule, model).unwrap_err().contains("no system has update"));
+    assert!(check(&llm.replace("\"llm\"", "\"always\""), model).unwrap_err().contains("unknown variant"));
+    for (text, kind) in [
+        (llm, UpdateKind::Llm),
+        (rule, UpdateKind::Rule),
+        ("[[systems]]\nkind = \"engine\"\nname = \"e\"\nrecords = \"rule\"", UpdateKind::None),
+    ] {
+        let parsed: SystemSpec = toml::from_str(&text.replace("[[systems]]\n", "")).unwrap();
+        assert_eq!(parsed.update(), kind);
+        assert_eq!(parsed.uses_dense(), kind != UpdateKind::None, "{kind:?}");
+    }
 }

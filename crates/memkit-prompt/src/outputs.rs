@@ -39,6 +39,43 @@ pub struct SegmentRecord {
     pub description: String,
 }
 
+impl Segmentation {
+    /// The JSON Schema a reply to `boundary.j2` for a piece of `messages` messages is decoded
+    /// under: every field required, message numbers within the piece, at most one segment per
+    /// message, so a complete reply always deserialises.
+    pub fn json_schema(messages: usize) -> serde_json::Value {
+        let number = serde_json::json!({"type": "integer", "minimum": 1, "maximum": messages.max(1)});
+        let list = |items: usize| serde_json::json!({"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": items});
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "segments": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": messages.max(1),
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "start": number,
+                            "end": number,
+                            "boundary_reason": {"type": "string", "enum": ["start", "person", "time", "location", "topic"]},
+                            "persons": list(6),
+                            "times": list(4),
+                            "locations": list(4),
+                            "topics": list(4),
+                            "description": {"type": "string", "maxLength": 300}
+                        },
+                        "required": ["start", "end", "boundary_reason", "persons", "times", "locations", "topics", "description"],
+                        "additionalProperties": false
+                    }
+                }
+            },
+            "required": ["segments"],
+            "additionalProperties": false
+        })
+    }
+}
+
 impl SegmentRecord {
     /// The hyperedge of this segment, with the dataset turn ids of its messages in `window`
     /// (numbers outside the window are skipped).
@@ -81,6 +118,23 @@ pub struct UpdateVerdict {
     /// A short justification.
     #[serde(default)]
     pub reason: String,
+}
+
+impl UpdateVerdict {
+    /// The JSON Schema a reply to `update.j2` is decoded under: every field required, the
+    /// decision one of the three actions, so a complete reply always deserialises.
+    pub fn json_schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "decision": {"type": "string", "enum": ["MERGE", "SUPERSEDE", "KEEP_BOTH"]},
+                "content": {"type": "string", "maxLength": 400},
+                "reason": {"type": "string", "maxLength": 300}
+            },
+            "required": ["decision", "content", "reason"],
+            "additionalProperties": false
+        })
+    }
 }
 
 /// The label of `judge.j2`.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use memkit_eval::recipe::{EvalRecipe, ModelSpec, QaSpec, QueryModelSpec};
+use memkit_eval::recipe::{BoundaryModelSpec, EvalRecipe, ModelSpec, QaSpec, QueryModelSpec, UpdateModelSpec};
 use memkit_eval::runner::{self, QaModels, RunOptions};
 use memkit_infer::chat::ChatModel;
 use memkit_teacher::cache::{Cache, CachedChat};
@@ -37,14 +37,16 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let needs_dense = recipe.systems.iter().any(|s| s.uses_dense());
     let embedder = if needs_dense {
         let e = super::load_embedder(args.embedder_dir.as_deref())?
-            .context("the recipe has a system that needs the sentence embedder (the dense route or embedding topic shifts), but it is not installed: run `memkit models fetch all-minilm-l6-v2`")?;
+            .context("the recipe has a system that needs the sentence embedder (the dense route, embedding topic shifts or the update), but it is not installed: run `memkit models fetch all-minilm-l6-v2`")?;
         Some(e as std::sync::Arc<dyn memkit_engine::dense::Embedder>)
     } else {
         None
     };
     let qa_models = recipe.qa.as_ref().map(qa_models).transpose()?;
     let query_model = recipe.query_model.as_ref().map(query_model).transpose()?;
-    let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder, qa_models, query_model };
+    let update_model = recipe.update_model.as_ref().map(update_model).transpose()?;
+    let boundary_model = recipe.boundary_model.as_ref().map(boundary_model).transpose()?;
+    let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder, qa_models, query_model, update_model, boundary_model };
     let reporter = StageReporter::new(bars);
     let report = runner::run(&recipe, &options, &reporter)
         .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
@@ -105,6 +107,20 @@ fn qa_models(spec: &QaSpec) -> anyhow::Result<QaModels> {
 fn query_model(spec: &QueryModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
     // A question and its date after the shared instructions, and the reply.
     let n_ctx = (2048 + spec.chunk * (256 + spec.max_tokens)) as u32;
+    chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)
+}
+
+/// The update consolidator's model of `[update_model]`, behind the reply cache: one pair at a
+/// time (each decision changes the next pair's candidates).
+fn update_model(spec: &UpdateModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+    // Two records after the shared instructions, and the reply.
+    chat_model(&spec.model, 1, (2048 + spec.max_tokens) as u32, spec.max_tokens)
+}
+
+/// HingeMem's segmenter model of `[boundary_model]`, behind the reply cache.
+fn boundary_model(spec: &BoundaryModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+    // A piece of messages (shown cut to 600 characters) after the shared instructions, and the reply.
+    let n_ctx = (1024 + spec.chunk * (spec.messages * 200 + spec.max_tokens)) as u32;
     chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)
 }
 

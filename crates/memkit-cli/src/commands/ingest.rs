@@ -4,9 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use memkit_engine::dense::{Embedder, HashingEmbedder};
+use memkit_engine::llm::LlmConsolidator;
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
 use memkit_engine::store::{IngestBatch, MemoryStore, SqliteStore};
-use memkit_engine::update::{RuleConsolidator, UpdateConfig, update};
+use memkit_engine::update::{Consolidator, RuleConsolidator, UpdateConfig, update};
+use memkit_eval::recipe::ModelSpec;
 
 use super::DialogueArgs;
 use super::extract::ExtractorKind;
@@ -17,7 +19,9 @@ use super::extract::ExtractorKind;
 /// pointers). Records come from --records (JSONL of memory records, e.g. from `memkit extract`)
 /// or from the rule extractor. With --update, new records are consolidated against stored ones
 /// (dimension-aware update: same type → keyword Jaccard ≥ 0.3 → embed candidates → cosine ≥ 0.7
-/// → merge / supersede / keep both).
+/// → merge / supersede / keep both). The rules decide each pair; with --update-model, DimMem's
+/// language model decides it from prompts/update.j2 (the rules step in for a reply that is cut
+/// off or does not parse).
 ///
 /// Example: memkit ingest --db mem.sqlite --input ../shared/data/locomo/locomo10.json --format locomo --dialogue conv-26
 #[derive(Debug, clap::Args)]
@@ -40,6 +44,13 @@ pub struct Args {
     /// lexical hashing embedder is used and a warning says so).
     #[arg(long)]
     embedder_dir: Option<PathBuf>,
+    /// With --update: a chat model that decides merge / supersede / keep both (a packaged model
+    /// name or a .gguf path, or the model name served at --update-endpoint).
+    #[arg(long, requires = "update")]
+    update_model: Option<String>,
+    /// An OpenAI-compatible API root (with /v1) serving --update-model, e.g. `memkit serve`'s.
+    #[arg(long, requires = "update_model")]
+    update_endpoint: Option<String>,
 }
 
 pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
@@ -70,6 +81,22 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             );
         }
     }
+    let llm = match &args.update_model {
+        Some(model) => {
+            let spec = match &args.update_endpoint {
+                Some(url) => ModelSpec::openai(url.clone(), model.clone()),
+                None => ModelSpec::local(model.clone()),
+            };
+            let max_tokens = LlmConsolidator::DEFAULT_MAX_TOKENS;
+            Some(LlmConsolidator::new(super::chat_model(&spec, 1, 4096, max_tokens)?.into())?.with_max_tokens(max_tokens))
+        }
+        None => None,
+    };
+    let rules = RuleConsolidator::default();
+    let consolidator: &dyn Consolidator = match &llm {
+        Some(c) => c,
+        None => &rules,
+    };
     let bar = bars.bar(dialogues.len() as u64, "ingest");
     let rule = RuleExtractor::default();
     let (mut stored, mut stats_total) = (0usize, Vec::new());
@@ -86,7 +113,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         stored += records.len();
         if args.update {
             store.ingest(&batch).with_context(|| format!("ingesting dialogue {}", d.id))?;
-            let stats = update(&mut store, records, &*embedder, &RuleConsolidator::default(), &UpdateConfig::default())
+            let stats = update(&mut store, records, &*embedder, consolidator, &UpdateConfig::default())
                 .with_context(|| format!("updating memory with dialogue {}", d.id))?;
             stats_total.push(stats);
         } else {
@@ -102,6 +129,16 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         let computed: usize = stats_total.iter().map(|s| s.embeddings_computed).sum();
         let baseline: usize = stats_total.iter().map(|s| s.embeddings_embed_all_baseline).sum();
         tracing::info!(merges, supersedes, embeddings = computed, embed_all_baseline = baseline, "update done");
+        if let Some(c) = &llm {
+            let s = c.stats();
+            tracing::info!(
+                model = c.model_id(),
+                asked = s.asked,
+                fallbacks = s.fallbacks,
+                merged_text_rejected = s.merged_text_rejected,
+                "update model"
+            );
+        }
     }
     let total = store.list_records()?.len();
     tracing::info!(db = %args.db.display(), dialogues = dialogues.len(), new_records = stored, records_in_store = total, "ingested");

@@ -39,19 +39,19 @@ use memkit_data::{LocomoSample, LongMemEvalItem, Question};
 use memkit_engine::dense::{CachedEmbedder, Embedder};
 use memkit_schema::Dialogue;
 
-use memkit_engine::llm::{LlmQueryParser, ParserStats, ground_time};
+use memkit_engine::llm::{LlmConsolidator, LlmQueryParser, LlmSegmenter, ParserStats, ground_time};
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_infer::chat::ChatModel;
 use memkit_schema::ParsedQuery;
 
 use crate::qa::QaItem;
-use crate::recipe::{DatasetSpec, EvalRecipe, QueryModelSpec, QueryParserKind, SystemSpec};
+use crate::recipe::{DatasetSpec, EvalRecipe, QueryModelSpec, QueryParserKind, SystemSpec, UpdateKind};
 use crate::retrieval::is_abstention;
 use crate::{Error, Report, Result, SystemMetrics, TokenCounter};
 
 use answers::{answer_questions, answers_qa, qa_item, qa_sample};
 use ledger::{agreement_of, extraction_figures};
-use rank::prepare;
+use rank::{Tools, prepare};
 use tally::Tally;
 
 /// Progress of a long run, implemented by the CLI with progress bars (libraries draw none).
@@ -81,6 +81,10 @@ pub struct RunOptions {
     pub qa_models: Option<QaModels>,
     /// The model of a recipe with `[query_model]`, built by the caller from it.
     pub query_model: Option<Arc<dyn ChatModel>>,
+    /// The model of a recipe with `[update_model]`, built by the caller from it.
+    pub update_model: Option<Arc<dyn ChatModel>>,
+    /// The model of a recipe with `[boundary_model]`, built by the caller from it.
+    pub boundary_model: Option<Arc<dyn ChatModel>>,
 }
 
 /// The models of `[qa]`.
@@ -100,6 +104,8 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
         embedder: options.embedder.clone().map(|e| Arc::new(CachedEmbedder::new(e)) as Arc<dyn Embedder>),
         qa_models: options.qa_models.as_ref().map(|m| QaModels { answer: Arc::clone(&m.answer), judge: m.judge.clone() }),
         query_model: options.query_model.clone(),
+        update_model: options.update_model.clone(),
+        boundary_model: options.boundary_model.clone(),
     };
     let options = &cached;
     let counter = TokenCounter::o200k()?;
@@ -114,6 +120,12 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
     }
     if recipe.query_model.is_some() && options.query_model.is_none() {
         return Err(Error::Qa("the recipe has [query_model] but no query model was given".into()));
+    }
+    if recipe.update_model.is_some() && options.update_model.is_none() {
+        return Err(Error::Qa("the recipe has [update_model] but no update model was given".into()));
+    }
+    if recipe.boundary_model.is_some() && options.boundary_model.is_none() {
+        return Err(Error::Qa("the recipe has [boundary_model] but no boundary model was given".into()));
     }
     let mut qa_items = Vec::new();
     let systems = match &recipe.dataset {
@@ -140,8 +152,12 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
             ));
             run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items, &mut notes)?
         }
-        DatasetSpec::Longmemeval { limit, .. } => {
+        DatasetSpec::Longmemeval { limit, question_types, .. } => {
             let mut items = memkit_data::load_longmemeval(&path)?;
+            if !question_types.is_empty() {
+                items.retain(|i| i.question.question_type.as_ref().is_some_and(|t| question_types.contains(t)));
+                notes.push(format!("Subset: the questions of type {} ({} of them).", question_types.join(", "), items.len()));
+            }
             if let Some(n) = limit {
                 items.truncate(*n);
             }
@@ -242,6 +258,21 @@ fn run_cases(
         }
         _ => None,
     };
+    // The language-model consolidator, shared by every system with update = "llm".
+    let llm_update = match (&recipe.update_model, &options.update_model) {
+        (Some(spec), Some(model)) => Some(LlmConsolidator::new(Arc::clone(model))?.with_max_tokens(spec.max_tokens)),
+        _ => None,
+    };
+    // The language-model segmenter, shared by every system with boundaries = "llm" (each
+    // system's own rules step in for unusable replies).
+    let llm_boundaries = match (&recipe.boundary_model, &options.boundary_model) {
+        (Some(spec), Some(model)) => {
+            Some(LlmSegmenter::new(Arc::clone(model))?.with_max_tokens(spec.max_tokens).with_messages(spec.messages))
+        }
+        _ => None,
+    };
+    let tools =
+        Tools { embedder: options.embedder.as_ref(), counter, llm_update: llm_update.as_ref(), llm_boundaries: llm_boundaries.as_ref() };
     let total: usize = cases.iter().map(|c| c.questions.len()).sum();
     let dialogues: Vec<&str> = cases.iter().map(|c| c.dialogue.id.as_str()).collect();
     let mut out = Vec::new();
@@ -253,7 +284,7 @@ fn run_cases(
         let parser = system.query_parser();
         let (mut asked_index, mut times_dropped) = (0, 0);
         for case in cases {
-            let prepared = prepare(system, case.dialogue, case.sample, options.embedder.as_ref(), counter)?;
+            let prepared = prepare(system, case.dialogue, case.sample, tools)?;
             tally.add_dialogue(&prepared, counter);
             if full_context {
                 tally.full_tokens += prepared.units.iter().map(|u| u.tokens(counter)).sum::<usize>() as f64;
@@ -291,6 +322,34 @@ fn run_cases(
         }
         extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
+    }
+    if let Some(c) = &llm_update {
+        let s = c.stats();
+        notes.push(format!(
+            "Systems with update = \"llm\" consolidate records with {} (prompts/update.j2, JSON constrained): {} pairs asked ({} merge, {} supersede, {} keep both), {} decided by the rules instead (reply cut off or unparsable), {} merged sentences rejected for dropping a record's terms (the longer content kept).",
+            c.model_id(),
+            s.asked,
+            s.merges,
+            s.supersedes,
+            s.keep_both,
+            s.fallbacks,
+            s.merged_text_rejected
+        ));
+    }
+    if let Some(b) = &llm_boundaries {
+        let s = b.stats();
+        notes.push(format!(
+            "HingeMem systems with boundaries = \"llm\" segment with {} (prompts/boundary.j2, JSON constrained, sessions in pieces of at most {} messages; session starts are always boundaries): {} pieces asked, {} boundaries drawn inside pieces, {} pieces segmented by the rules instead (reply cut off or unparsable), {} replies whose segments did not tile their piece (their starts used).",
+            b.model_id(),
+            recipe.boundary_model.as_ref().map_or(0, |m| m.messages),
+            s.asked,
+            s.boundaries,
+            s.fallbacks,
+            s.untiled
+        ));
+    }
+    if recipe.systems.iter().any(|s| s.update() != UpdateKind::None) {
+        notes.push("Systems with update consolidate each dialogue's records before indexing them (DimMem's dimension-aware update, in record order: same type and dialogue, keyword Jaccard ≥ 0.3, MiniLM cosine ≥ 0.7, then the consolidator); pointer accuracy is measured on the records before the update.".into());
     }
     Ok(out)
 }

@@ -8,17 +8,19 @@ use memkit_data::LocomoSample;
 use memkit_engine::bm25::Bm25Index;
 use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
-use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter};
+use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter, Segmenter};
+use memkit_engine::llm::{LlmConsolidator, LlmSegmenter};
 use memkit_engine::recall::{RecallStats, assistant_replies, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
-use memkit_engine::store::AssistantReply;
+use memkit_engine::store::{AssistantReply, MemoryStore, SqliteStore};
+use memkit_engine::update::{Consolidator, RuleConsolidator, UpdateConfig, UpdateStats, update};
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery};
 
 use crate::pointers::{PointerTally, check_pointers};
-use crate::recipe::{RecordSource, SystemSpec};
+use crate::recipe::{BoundaryKind, RecordSource, SystemSpec, UpdateKind};
 use crate::{Error, Result, TokenCounter};
 
 /// A retrieved unit: the text the answer model would read and the turns it points to.
@@ -70,6 +72,8 @@ pub(super) struct Prepared {
     pub(super) pointers: Option<PointerTally>,
     /// Assistant recall, for systems that have it on.
     pub(super) recall: Option<Recall>,
+    /// What the update did to the records, for systems that consolidate them.
+    pub(super) update: Option<UpdateStats>,
 }
 
 /// A ranking for one question: unit indices best first, and where an adaptive stop cuts it.
@@ -198,40 +202,78 @@ pub(super) fn records_for(
     })
 }
 
+/// What preparing a system needs besides the system and the dialogue.
+#[derive(Clone, Copy)]
+pub(super) struct Tools<'a> {
+    pub(super) embedder: Option<&'a Arc<dyn Embedder>>,
+    pub(super) counter: &'a TokenCounter,
+    /// The consolidator of systems with `update = "llm"`.
+    pub(super) llm_update: Option<&'a LlmConsolidator>,
+    /// The segmenter of HingeMem systems with `boundaries = "llm"`.
+    pub(super) llm_boundaries: Option<&'a LlmSegmenter>,
+}
+
+/// The sentence embedder, or an error naming the system that needs it for `what`.
+fn require_embedder<'a>(tools: &Tools<'a>, system: &SystemSpec, what: &str) -> Result<&'a Arc<dyn Embedder>> {
+    tools
+        .embedder
+        .ok_or_else(|| Error::Dataset(format!("system {:?} {what}, but no embedder is installed (run `just models`)", system.name())))
+}
+
+/// The dialogue's records consolidated by DimMem's dimension-aware update (in record order, in
+/// a store of their own), and what the update did.
+fn consolidate(
+    system: &SystemSpec,
+    records: Vec<MemoryRecord>,
+    kind: UpdateKind,
+    tools: &Tools,
+) -> Result<(Vec<MemoryRecord>, Option<UpdateStats>)> {
+    let rules = RuleConsolidator::default();
+    let consolidator: &dyn Consolidator = match kind {
+        UpdateKind::None => return Ok((records, None)),
+        UpdateKind::Rule => &rules,
+        UpdateKind::Llm => tools.llm_update.ok_or_else(|| Error::Qa("update = \"llm\" needs the recipe's [update_model]".into()))?,
+    };
+    let embedder = require_embedder(tools, system, "consolidates its records (the update's cosine filter)")?;
+    let mut store = SqliteStore::open_in_memory()?;
+    let config = UpdateConfig { cache_embeddings: false, ..UpdateConfig::default() };
+    let stats = update(&mut store, records, &**embedder, consolidator, &config)?;
+    Ok((store.list_records()?, Some(stats)))
+}
+
 /// One system over one dialogue: its units (records, HingeMem parts, reply units for assistant
 /// recall) and how it ranks them.
-pub(super) fn prepare(
-    system: &SystemSpec,
-    dialogue: &Dialogue,
-    sample: Option<&LocomoSample>,
-    embedder: Option<&Arc<dyn Embedder>>,
-    counter: &TokenCounter,
-) -> Result<Prepared> {
+pub(super) fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&LocomoSample>, tools: Tools) -> Result<Prepared> {
+    let counter = tools.counter;
     let mut prepared = match system {
         SystemSpec::FullContext { .. } => Prepared {
             units: raw_turn_records(dialogue).iter().map(Unit::from_record).collect(),
             ranker: Ranker::Chronological,
             pointers: None,
             recall: None,
+            update: None,
         },
         SystemSpec::Bm25Turns { .. } | SystemSpec::Bm25Observations { .. } => {
             let source = if matches!(system, SystemSpec::Bm25Turns { .. }) { RecordSource::RawTurns } else { RecordSource::Observations };
             let records = records_for(&source, RuleExtractorConfig::default(), dialogue, sample)?;
             let index = Bm25Index::from_records(&records);
             let pointers = (source == RecordSource::Observations).then(|| check_pointers(dialogue, &records));
-            Prepared { units: records.iter().map(Unit::from_record).collect(), ranker: Ranker::Bm25(index), pointers, recall: None }
+            Prepared {
+                units: records.iter().map(Unit::from_record).collect(),
+                ranker: Ranker::Bm25(index),
+                pointers,
+                recall: None,
+                update: None,
+            }
         }
-        SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, .. } => {
+        SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, update, .. } => {
             let records = records_for(source, *rule_extractor, dialogue, sample)?;
+            // Pointers are the extractor's: checked before any merge joins two records' turns.
             let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+            let (records, update) = consolidate(system, records, *update, &tools)?;
             let mut tri = TriPath::new(&records, retrieval.clone())?;
             if retrieval.uses_dense() {
-                let embedder = embedder.ok_or_else(|| {
-                    Error::Dataset(format!(
-                        "system {:?} has the dense route, but no embedder is installed (run `just models`)",
-                        system.name()
-                    ))
-                })?;
+                let embedder = require_embedder(&tools, system, "has the dense route")?;
                 let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
                 tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
             }
@@ -240,21 +282,23 @@ pub(super) fn prepare(
                 ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
                 pointers,
                 recall: None,
+                update,
             }
         }
-        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, .. } => {
+        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, boundaries, .. } => {
             let records = records_for(source, *rule_extractor, dialogue, sample)?;
             let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
             let mut rules = RuleSegmenter::new(*segmenter);
             if *embedding_topics {
-                rules = rules.with_embedder(embedder.ok_or_else(|| {
-                    Error::Dataset(format!(
-                        "system {:?} finds topic shifts by embeddings, but no embedder is installed (run `just models`)",
-                        system.name()
-                    ))
-                })?);
+                rules = rules.with_embedder(require_embedder(&tools, system, "finds topic shifts by embeddings")?);
             }
-            let index = HingeIndex::build(dialogue, &records, &rules, *hinge, &|text| counter.count(text))?;
+            let segmenter: &dyn Segmenter = match boundaries {
+                BoundaryKind::Rule => &rules,
+                BoundaryKind::Llm => {
+                    tools.llm_boundaries.ok_or_else(|| Error::Qa("boundaries = \"llm\" needs the recipe's [boundary_model]".into()))?
+                }
+            };
+            let index = HingeIndex::build(dialogue, &records, segmenter, *hinge, &|text| counter.count(text))?;
             let mut units: Vec<Unit> = index
                 .hyperedges()
                 .iter()
@@ -262,7 +306,7 @@ pub(super) fn prepare(
                 .map(|(e, edge)| Unit::new(edge.description.clone(), index.part_turn_ids(Part::Description(e))))
                 .collect();
             units.extend(index.records().iter().map(Unit::from_record));
-            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers, recall: None }
+            Prepared { units, ranker: Ranker::Hinge(Box::new(index)), pointers, recall: None, update: None }
         }
     };
     if system.assistant_recall() {
@@ -277,6 +321,11 @@ mod tests {
     use memkit_engine::query::{QueryParser, RuleQueryParser};
 
     use super::*;
+
+    /// No embedder, no model.
+    fn plain_tools(counter: &TokenCounter) -> Tools<'_> {
+        Tools { embedder: None, counter, llm_update: None, llm_boundaries: None }
+    }
 
     fn rank(prepared: &Prepared, question: &str, date: Option<NaiveDateTime>) -> Ranking {
         prepared.rank(question, &RuleQueryParser.parse(question, date).unwrap()).unwrap()
@@ -311,7 +360,7 @@ mod tests {
             .collect();
         let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at(10), turns }] };
         let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
-        let prepared = prepare(&system, &dialogue, None, None, &TokenCounter::o200k().unwrap()).unwrap();
+        let prepared = prepare(&system, &dialogue, None, plain_tools(&TokenCounter::o200k().unwrap())).unwrap();
         let question = "When did Ann move to Paris and start at the bakery?";
         let ranking = rank(&prepared, question, at(20));
         let Ranker::Engine { tri, .. } = &prepared.ranker else { panic!("an engine system") };
@@ -348,8 +397,8 @@ mod tests {
             toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nassistant_recall = {recall}")).unwrap()
         };
         let counter = TokenCounter::o200k().unwrap();
-        let with = prepare(&spec(true), &dialogue, None, None, &counter).unwrap();
-        let without = prepare(&spec(false), &dialogue, None, None, &counter).unwrap();
+        let with = prepare(&spec(true), &dialogue, None, plain_tools(&counter)).unwrap();
+        let without = prepare(&spec(false), &dialogue, None, plain_tools(&counter)).unwrap();
         // The rule extractor keeps user turns only; recall adds one unit per reply.
         assert_eq!(with.units.len(), without.units.len() + 2);
 
@@ -373,6 +422,54 @@ mod tests {
         assert_eq!(ranked.recall.unwrap().triggered, 0);
     }
 
+    /// An engine system with `update = "rule"` indexes the consolidated records: a sentence said
+    /// twice on one day becomes one record pointing at both turns (same type, same keywords,
+    /// cosine 1, overlapping days: a merge under every rule), and the update is counted.
+    #[test]
+    fn an_updating_system_indexes_the_consolidated_records() {
+        use memkit_engine::dense::HashingEmbedder;
+        use memkit_schema::{Role, Session, Turn};
+        let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
+        let texts = ["I love hiking in the Alps.", "My sister is visiting next week.", "I love hiking in the Alps."];
+        let turns = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Turn {
+                id: format!("D1:{}", i + 1),
+                speaker: "Ann".into(),
+                role: Role::User,
+                text: (*t).into(),
+                caption: None,
+                timestamp: at,
+                has_answer: false,
+            })
+            .collect();
+        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at, turns }] };
+        let spec = |update: &str| -> SystemSpec {
+            toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nupdate = \"{update}\"")).unwrap()
+        };
+        let counter = TokenCounter::o200k().unwrap();
+        let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::default());
+        let tools = Tools { embedder: Some(&embedder), counter: &counter, llm_update: None, llm_boundaries: None };
+
+        let plain = prepare(&spec("none"), &dialogue, None, tools).unwrap();
+        assert_eq!(plain.units.len(), 3);
+        assert!(plain.update.is_none());
+        let updated = prepare(&spec("rule"), &dialogue, None, tools).unwrap();
+        assert_eq!(updated.units.len(), 2);
+        assert!(
+            updated.units.iter().any(|u| u.turn_ids == ["D1:1", "D1:3"]),
+            "{:?}",
+            updated.units.iter().map(|u| &u.turn_ids).collect::<Vec<_>>()
+        );
+        let stats = updated.update.unwrap();
+        assert_eq!((stats.new_records, stats.merges, stats.supersedes, stats.kept), (3, 1, 0, 2));
+
+        // Without an embedder the update cannot filter by cosine: a clear error.
+        let err = prepare(&spec("rule"), &dialogue, None, plain_tools(&counter)).err().unwrap().to_string();
+        assert!(err.contains("no embedder"), "{err}");
+    }
+
     /// A HingeMem system's units are its descriptions, then its member records, and its ranking
     /// is the index's reading, cut where the opened hyperedges end.
     #[test]
@@ -381,7 +478,7 @@ mod tests {
         let spec: SystemSpec =
             toml::from_str("kind = \"hinge\"\nname = \"h\"\nrecords = \"rule\"\nrule_extractor.per_sentence = true").unwrap();
         let counter = TokenCounter::o200k().unwrap();
-        let prepared = prepare(&spec, &d, None, None, &counter).unwrap();
+        let prepared = prepare(&spec, &d, None, plain_tools(&counter)).unwrap();
         let Ranker::Hinge(index) = &prepared.ranker else { panic!("a HingeMem system") };
         let edges = index.hyperedges().len();
         assert_eq!(prepared.units.len(), edges + index.records().len());

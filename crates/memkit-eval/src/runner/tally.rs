@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use memkit_data::Question;
 use memkit_engine::recall::RecallStats;
+use memkit_engine::update::UpdateStats;
 use memkit_schema::Dialogue;
 use serde_json::json;
 
@@ -29,6 +30,8 @@ pub(super) struct Tally {
     pub(super) session: Option<LongMemEvalMeans>,
     pub(super) turn: Option<LongMemEvalMeans>,
     pub(super) pointers: Option<PointerTally>,
+    /// Summed update figures of systems that consolidate their records.
+    update: Option<UpdateStats>,
     /// Tokens of every HingeMem description.
     pub(super) descriptions: Vec<usize>,
     /// Assistant recall over all questions (systems with it on).
@@ -54,6 +57,7 @@ impl Tally {
             session: ks.map(LongMemEvalMeans::new),
             turn: ks.map(LongMemEvalMeans::new),
             pointers: None,
+            update: None,
             descriptions: Vec::new(),
             recall: None,
             replies_in_budget: 0,
@@ -69,6 +73,15 @@ impl Tally {
         }
         if let Some(p) = prepared.pointers {
             self.pointers.get_or_insert_with(PointerTally::default).add(p);
+        }
+        if let Some(u) = prepared.update {
+            let t = self.update.get_or_insert_with(UpdateStats::default);
+            t.new_records += u.new_records;
+            t.keyword_candidates += u.keyword_candidates;
+            t.cosine_candidates += u.cosine_candidates;
+            t.merges += u.merges;
+            t.supersedes += u.supersedes;
+            t.kept += u.kept;
         }
     }
 
@@ -201,6 +214,13 @@ impl Tally {
                 format!("assistant_replies_read_at_{largest}_per_triggered_query"),
                 json!(self.replies_in_budget as f64 / r.triggered.max(1) as f64),
             );
+        }
+        if let Some(u) = self.update {
+            m.extra.insert("update_records_in".into(), json!(u.new_records));
+            m.extra.insert("update_pairs_decided".into(), json!(u.cosine_candidates));
+            m.extra.insert("update_merges".into(), json!(u.merges));
+            m.extra.insert("update_supersedes".into(), json!(u.supersedes));
+            m.extra.insert("update_records_kept".into(), json!(u.kept));
         }
         if let Some(p) = self.pointers {
             m.extra.insert("pointer_accuracy".into(), json!(p.accuracy()));

@@ -1,5 +1,4 @@
-//! DimMem's language-model steps, through a chat model (memkit-infer's [`ChatModel`]: a GGUF in
-//! process or any OpenAI-compatible endpoint). Feature `llm`.
+//! DimMem's language-model query parser.
 //!
 //! [`LlmQueryParser`] fills a [`ParsedQuery`] from `prompts/query.j2`, decoded under
 //! [`query_json_schema`] so that a complete reply always deserialises. A reply cut at its token
@@ -179,45 +178,11 @@ impl QueryParser for LlmQueryParser {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use memkit_infer::extract::Usage;
     use memkit_schema::{AnswerDim, MemoryType};
 
     use super::*;
-
-    /// Replies from a script, in order, and remembers what it was asked.
-    struct Scripted {
-        replies: Mutex<Vec<(String, bool)>>,
-        asked: Mutex<Vec<ChatRequest>>,
-    }
-
-    impl Scripted {
-        fn new(replies: &[(&str, bool)]) -> Arc<Self> {
-            Arc::new(Self {
-                replies: Mutex::new(replies.iter().rev().map(|(t, cut)| ((*t).to_owned(), *cut)).collect()),
-                asked: Mutex::new(Vec::new()),
-            })
-        }
-    }
-
-    impl ChatModel for Scripted {
-        fn id(&self) -> &str {
-            "scripted"
-        }
-        fn parallel(&self) -> usize {
-            2
-        }
-        fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
-            self.asked.lock().unwrap().extend(requests.iter().cloned());
-            let mut out = Vec::new();
-            for _ in requests {
-                let (text, cut) = self.replies.lock().unwrap().pop().expect("a scripted reply");
-                out.push(Ok(Reply { text, usage: Usage { hit_max_tokens: cut, ..Usage::default() } }));
-            }
-            out
-        }
-    }
+    use crate::llm::scripted::Scripted;
 
     const GOOD: &str = r#"{"query_anchor":"the reason the user cancelled the trip to Rome","need_assistant_context":false,"target_memory_type":["episodic"],"keywords":["trip","Rome"],"time":"on 2023-06","location":"Rome","answer_dim":"reason"}"#;
 

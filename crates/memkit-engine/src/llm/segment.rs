@@ -1,0 +1,326 @@
+//! HingeMem's language-model boundary segmenter.
+//!
+//! [`LlmSegmenter`] shows a chat model each session in pieces of at most `messages` messages
+//! (`prompts/boundary.j2`) and takes the segments it draws, decoded under
+//! [`Segmentation::json_schema`]. It implements the same [`Segmenter`] trait as the
+//! [`RuleSegmenter`], so [`crate::hinge::HingeIndex::build`] takes either.
+//!
+//! What the model writes is checked:
+//! - only the segments' start numbers are used: a start inside the piece (2 to its length)
+//!   opens a segment there, with the model's reason (`person`, `time`, `location`, `topic`), so
+//!   any set of starts is a valid cover of the piece, whatever the ends say; a reply whose
+//!   segments do not tile the piece exactly is counted ([`SegmenterStats::untiled`]);
+//! - a reply cut at its token limit, one that does not parse, or one with no segment is replaced
+//!   by the rule segmenter's boundaries inside that piece (counted in
+//!   [`SegmenterStats::fallbacks`]);
+//! - session starts are always boundaries, and a piece's first message is not one by itself (a
+//!   piece is a cut for the model's context, not a change in the conversation).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use memkit_data::{Window, WindowConfig, windows};
+use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
+use memkit_prompt::{Prompts, Segmentation};
+use memkit_schema::Dialogue;
+use serde::Serialize;
+
+use crate::hinge::{BoundaryReason, RuleSegmenter, Segment, Segmenter};
+use crate::{Error, Result};
+
+/// How an [`LlmSegmenter`] has fared so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SegmenterStats {
+    /// Pieces put to the model.
+    pub asked: usize,
+    /// Of those, segmented by the rules instead: the reply was cut off, did not parse or held
+    /// no segment.
+    pub fallbacks: usize,
+    /// Used replies whose segments did not tile the piece exactly (gaps, overlaps, numbers
+    /// outside it); their starts were used all the same.
+    pub untiled: usize,
+    /// Boundaries the model drew inside pieces.
+    pub boundaries: usize,
+}
+
+/// HingeMem's boundary segmenter on a chat model, with `boundary.j2`.
+pub struct LlmSegmenter {
+    model: Arc<dyn ChatModel>,
+    prompts: Prompts,
+    max_tokens: usize,
+    messages: usize,
+    rules: RuleSegmenter<'static>,
+    asked: AtomicUsize,
+    fallbacks: AtomicUsize,
+    untiled: AtomicUsize,
+    boundaries: AtomicUsize,
+}
+
+impl LlmSegmenter {
+    /// Most tokens of one reply by default: room for about eight segments with their fields.
+    pub const DEFAULT_MAX_TOKENS: usize = 800;
+    /// Messages per request by default.
+    pub const DEFAULT_MESSAGES: usize = 16;
+    /// Messages are shown cut to this many characters.
+    const MAX_MESSAGE_CHARS: usize = 600;
+
+    /// A segmenter asking `model` with the embedded prompts, the default rules as fallback.
+    pub fn new(model: Arc<dyn ChatModel>) -> Result<Self> {
+        let prompts = Prompts::embedded().map_err(|e| Error::Prompt(e.to_string()))?;
+        Ok(Self {
+            model,
+            prompts,
+            max_tokens: Self::DEFAULT_MAX_TOKENS,
+            messages: Self::DEFAULT_MESSAGES,
+            rules: RuleSegmenter::default(),
+            asked: AtomicUsize::new(0),
+            fallbacks: AtomicUsize::new(0),
+            untiled: AtomicUsize::new(0),
+            boundaries: AtomicUsize::new(0),
+        })
+    }
+
+    /// Sets the most tokens of one reply.
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
+        self.max_tokens = max_tokens.max(1);
+        self
+    }
+
+    /// Sets the most messages shown per request.
+    #[must_use]
+    pub fn with_messages(mut self, messages: usize) -> Self {
+        self.messages = messages.max(2);
+        self
+    }
+
+    /// The rule segmenter used where a reply is unusable.
+    #[must_use]
+    pub fn with_rules(mut self, rules: RuleSegmenter<'static>) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The model's id (`gguf:<file>`, `openai:<model>@<url>`).
+    pub fn model_id(&self) -> &str {
+        self.model.id()
+    }
+
+    /// What it has done so far.
+    pub fn stats(&self) -> SegmenterStats {
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        SegmenterStats {
+            asked: load(&self.asked),
+            fallbacks: load(&self.fallbacks),
+            untiled: load(&self.untiled),
+            boundaries: load(&self.boundaries),
+        }
+    }
+
+    /// The pieces of each session the model is shown.
+    fn pieces(&self, dialogue: &Dialogue) -> Vec<Window> {
+        let config = WindowConfig { size: self.messages, overlap: 0, user_only: false, max_message_chars: Self::MAX_MESSAGE_CHARS };
+        dialogue.sessions.iter().flat_map(|s| windows(&Dialogue { id: dialogue.id.clone(), sessions: vec![s.clone()] }, &config)).collect()
+    }
+}
+
+/// The boundary reason of a segment's `boundary_reason` as `boundary.j2` names them.
+fn reason_of(name: &str) -> BoundaryReason {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "person" => BoundaryReason::Person,
+        "time" => BoundaryReason::TimeGap,
+        "location" => BoundaryReason::Location,
+        _ => BoundaryReason::Topic,
+    }
+}
+
+/// The segment starts a reply draws inside a piece of `n` messages (message numbers 2 to `n`,
+/// each once, in order, with their reasons) and whether its segments tile `1..=n` exactly; `None`
+/// when the reply was cut at its token limit, does not parse, or holds no segment.
+pub fn decode_boundaries(reply: &Reply, n: usize) -> Option<(Vec<(u32, BoundaryReason)>, bool)> {
+    if reply.usage.hit_max_tokens {
+        return None;
+    }
+    let mut segments = serde_json::from_str::<Segmentation>(reply.text.trim()).ok()?.segments;
+    if segments.is_empty() {
+        return None;
+    }
+    segments.sort_by_key(|s| s.start);
+    let mut next = 1;
+    let mut tiled = true;
+    for s in &segments {
+        tiled &= s.start == next && s.end >= s.start;
+        next = s.end + 1;
+    }
+    tiled &= next as usize == n + 1;
+    let mut starts: Vec<(u32, BoundaryReason)> =
+        segments.iter().filter(|s| (2..=n as u32).contains(&s.start)).map(|s| (s.start, reason_of(&s.boundary_reason))).collect();
+    starts.dedup_by_key(|s| s.0);
+    Some((starts, tiled))
+}
+
+impl Segmenter for LlmSegmenter {
+    #[tracing::instrument(skip_all, fields(dialogue = %dialogue.id, turns = dialogue.len()))]
+    fn segment(&self, dialogue: &Dialogue) -> Result<Vec<Segment>> {
+        // Each turn's position in dialogue order, and the session it lies in.
+        let mut position: HashMap<&str, usize> = HashMap::new();
+        let mut session_of = Vec::with_capacity(dialogue.len());
+        let mut boundaries: BTreeMap<usize, BoundaryReason> = BTreeMap::new();
+        for (si, session) in dialogue.sessions.iter().enumerate() {
+            if !session.turns.is_empty() {
+                let reason = if boundaries.is_empty() { BoundaryReason::Start } else { BoundaryReason::Session };
+                boundaries.insert(session_of.len(), reason);
+            }
+            for turn in &session.turns {
+                position.insert(turn.id.as_str(), session_of.len());
+                session_of.push(si);
+            }
+        }
+        let sessions_start = boundaries.clone();
+        let mut rule_segments: Option<Vec<Segment>> = None;
+        let pieces = self.pieces(dialogue);
+        for group in pieces.chunks(self.model.parallel().max(1)) {
+            let requests = group
+                .iter()
+                .map(|w| {
+                    let messages = self.prompts.render_boundary(w).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
+                    Ok(ChatRequest::new(messages, self.max_tokens).with_schema(Segmentation::json_schema(w.messages.len())))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let replies = self.model.complete(&requests);
+            if replies.len() != group.len() {
+                return Err(Error::Model(format!("{}: {} replies to {} requests", self.model.id(), replies.len(), group.len())));
+            }
+            for (piece, reply) in group.iter().zip(replies) {
+                let reply = reply.map_err(|e| Error::Model(format!("{}: {e}", self.model.id())))?;
+                self.asked.fetch_add(1, Ordering::Relaxed);
+                let at = |number: u32| piece.message(number).and_then(|m| position.get(m.turn_id.as_str()).copied());
+                let (first, last) = (at(1), at(piece.messages.len() as u32));
+                let (Some(first), Some(last)) = (first, last) else { continue };
+                match decode_boundaries(&reply, piece.messages.len()) {
+                    Some((starts, tiled)) => {
+                        if !tiled {
+                            self.untiled.fetch_add(1, Ordering::Relaxed);
+                        }
+                        for (number, reason) in starts {
+                            if let Some(p) = at(number) {
+                                boundaries.entry(p).or_insert(reason);
+                                self.boundaries.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    None => {
+                        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(piece = %piece.id, reply = %reply.text, cut = reply.usage.hit_max_tokens, "boundary reply unusable, rules used");
+                        if rule_segments.is_none() {
+                            rule_segments = Some(self.rules.segment(dialogue)?);
+                        }
+                        for s in rule_segments.iter().flatten().filter(|s| s.turns.start > first && s.turns.start <= last) {
+                            boundaries.entry(s.turns.start).or_insert(s.boundary_reason);
+                        }
+                    }
+                }
+            }
+        }
+        // Session starts keep their own reason.
+        boundaries.extend(sessions_start);
+        let starts: Vec<(usize, BoundaryReason)> = boundaries.into_iter().collect();
+        let segments = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &(start, reason))| {
+                let end = starts.get(k + 1).map_or(session_of.len(), |s| s.0);
+                Segment { turns: start..end, session: session_of[start], boundary_reason: reason }
+            })
+            .collect();
+        Ok(segments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memkit_infer::extract::Usage;
+    use memkit_schema::{Role, Session, Turn};
+
+    use super::*;
+    use crate::llm::scripted::Scripted;
+
+    fn dialogue(sessions: &[usize]) -> Dialogue {
+        let sessions = sessions
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| Session {
+                id: format!("session_{}", s + 1),
+                date: None,
+                turns: (0..n)
+                    .map(|i| Turn {
+                        id: format!("D{}:{}", s + 1, i + 1),
+                        speaker: if i % 2 == 0 { "Ann" } else { "Bob" }.into(),
+                        role: Role::User,
+                        text: format!("message {} of session {}", i + 1, s + 1),
+                        caption: None,
+                        timestamp: None,
+                        has_answer: false,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Dialogue { id: "d".into(), sessions }
+    }
+
+    fn segments(spans: &[(u32, u32, &str)]) -> String {
+        let segs: Vec<String> = spans
+            .iter()
+            .map(|(a, b, r)| {
+                format!(r#"{{"start":{a},"end":{b},"boundary_reason":"{r}","persons":[],"times":[],"locations":[],"topics":[],"description":"x"}}"#)
+            })
+            .collect();
+        format!(r#"{{"segments":[{}]}}"#, segs.join(","))
+    }
+
+    /// Two sessions of 6 and 4 messages in pieces of 4: pieces 1–4 and 5–6 of the first
+    /// session, 1–4 of the second. The model's starts become boundaries; the second piece's reply
+    /// is cut off, so the rules decide there (they draw none in two short messages); session
+    /// starts are boundaries whatever the model says.
+    #[test]
+    fn starts_become_boundaries_and_sessions_always_split() {
+        let first = segments(&[(1, 2, "start"), (3, 4, "topic")]);
+        let third = segments(&[(1, 1, "start"), (2, 3, "person"), (3, 4, "location")]);
+        let model = Scripted::new(&[(&first, false), (&first[..30], true), (&third, false)]);
+        let segmenter = LlmSegmenter::new(model.clone()).unwrap().with_messages(4);
+        let got = segmenter.segment(&dialogue(&[6, 4])).unwrap();
+        let spans: Vec<(std::ops::Range<usize>, usize, BoundaryReason)> =
+            got.iter().map(|s| (s.turns.clone(), s.session, s.boundary_reason)).collect();
+        assert_eq!(
+            spans,
+            [
+                (0..2, 0, BoundaryReason::Start),
+                (2..6, 0, BoundaryReason::Topic),
+                (6..7, 1, BoundaryReason::Session),
+                (7..8, 1, BoundaryReason::Person),
+                (8..10, 1, BoundaryReason::Location),
+            ]
+        );
+        // The third reply's segments overlap (2–3, 3–4): used, and counted as untiled.
+        assert_eq!(segmenter.stats(), SegmenterStats { asked: 3, fallbacks: 1, untiled: 1, boundaries: 3 });
+        let asked = model.asked.lock().unwrap();
+        assert!(asked[0].messages[1].content.contains("Split these 4 messages"), "{}", asked[0].messages[1].content);
+        assert!(asked[1].messages[1].content.contains("Split these 2 messages"));
+        assert_eq!(asked[0].schema.as_ref(), Some(&Segmentation::json_schema(4)));
+        assert_eq!(asked[0].max_tokens, LlmSegmenter::DEFAULT_MAX_TOKENS);
+    }
+
+    #[test]
+    fn a_reply_is_read_for_its_starts() {
+        let reply = |text: &str, cut: bool| Reply { text: text.to_owned(), usage: Usage { hit_max_tokens: cut, ..Usage::default() } };
+        let tiled = segments(&[(1, 3, "start"), (4, 5, "time")]);
+        assert_eq!(decode_boundaries(&reply(&tiled, false), 5), Some((vec![(4, BoundaryReason::TimeGap)], true)));
+        // Out of order, one start past the piece, a gap: the starts inside are used.
+        let messy = segments(&[(4, 4, "Person"), (1, 2, "start"), (9, 9, "topic")]);
+        assert_eq!(decode_boundaries(&reply(&messy, false), 5), Some((vec![(4, BoundaryReason::Person)], false)));
+        assert_eq!(decode_boundaries(&reply(&tiled, true), 5), None);
+        assert_eq!(decode_boundaries(&reply(r#"{"segments":[]}"#, false), 5), None);
+        assert_eq!(decode_boundaries(&reply("Here are the segments.", false), 5), None);
+    }
+}
