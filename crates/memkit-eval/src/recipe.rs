@@ -439,8 +439,8 @@ pub enum SystemSpec {
         /// Merge, salience, rerank and stop settings (`[systems.hinge]`).
         #[serde(default)]
         hinge: HingeConfig,
-        /// Boundary rules (`[systems.segmenter]`; with `boundaries = "llm"`, for the pieces
-        /// whose reply is unusable).
+        /// Boundary rules (`[systems.segmenter]`; not used with `boundaries = "llm"`, whose
+        /// unusable replies fall back to the rules' default thresholds).
         #[serde(default)]
         segmenter: SegmenterConfig,
         /// `"rule"` (default) or `"llm"`: HingeMem's model-drawn boundaries, with

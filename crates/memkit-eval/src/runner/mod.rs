@@ -263,8 +263,8 @@ fn run_cases(
         (Some(spec), Some(model)) => Some(LlmConsolidator::new(Arc::clone(model))?.with_max_tokens(spec.max_tokens)),
         _ => None,
     };
-    // The language-model segmenter, shared by every system with boundaries = "llm" (each
-    // system's own rules step in for unusable replies).
+    // The language-model segmenter, shared by every system with boundaries = "llm" (the rules
+    // with default thresholds step in for unusable replies).
     let llm_boundaries = match (&recipe.boundary_model, &options.boundary_model) {
         (Some(spec), Some(model)) => {
             Some(LlmSegmenter::new(Arc::clone(model))?.with_max_tokens(spec.max_tokens).with_messages(spec.messages))
