@@ -158,6 +158,10 @@ messages = 12
     assert!(report.contains("prompts/update.j2") && report.contains("prompts/boundary.j2"), "{report}");
     // conv-26's first session (18 messages) in pieces of 12: two pieces.
     assert!(report.contains("2 pieces asked"), "{report}");
+    // The first run finds nothing in the cache.
+    let pairs = systems[1]["update_pairs_decided"].as_u64().unwrap();
+    assert!(report.contains(&format!("update consolidator 0 of {pairs} (0.0%)")), "{report}");
+    assert!(report.contains("boundary segmenter 0 of 2 (0.0%)"), "{report}");
     let replies = cached_replies(&cache.join("qa"));
     assert!(replies >= 2, "{replies}");
 
@@ -168,4 +172,8 @@ messages = 12
         assert_eq!(again["systems"][i]["evidence_recall_at"], systems[i]["evidence_recall_at"], "{}", systems[i]["name"]);
     }
     assert_eq!(again["systems"][1]["update_merges"], systems[1]["update_merges"]);
+    let report = std::fs::read_to_string(reports.join("llm-steps/report.md")).unwrap();
+    let all = if pairs == 0 { "0.0" } else { "100.0" };
+    assert!(report.contains(&format!("update consolidator {pairs} of {pairs} ({all}%)")), "{report}");
+    assert!(report.contains("boundary segmenter 2 of 2 (100.0%)"), "{report}");
 }

@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use memkit_schema::{MemoryRecord, MemoryType, TimeSpan};
+use memkit_schema::{MemoryRecord, MemoryType, TimeSpan, UpdateAction};
 use serde::{Deserialize, Serialize};
 
 use crate::dense::{Embedder, cosine};
@@ -30,30 +30,18 @@ use crate::store::{ChangeSet, MemoryStore};
 use crate::text::content_tokens;
 use crate::{Error, Result};
 
-/// What to do with a new record that resembles an old one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Decision {
-    /// Same memory: fold the new record into the old one ([`merge_records`]).
-    Merge,
-    /// The new record replaces the old one (a fact whose value changed).
-    Supersede,
-    /// Different memories: store the new record next to the old one.
-    KeepBoth,
-}
-
 /// A consolidator's answer for one (new, old) pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     /// What to do.
-    pub decision: Decision,
+    pub decision: UpdateAction,
     /// For a merge, the combined content the consolidator wrote; `None` keeps the longer of
     /// the two ([`merge_records`]).
     pub merged_content: Option<String>,
 }
 
-impl From<Decision> for Verdict {
-    fn from(decision: Decision) -> Self {
+impl From<UpdateAction> for Verdict {
+    fn from(decision: UpdateAction) -> Self {
         Verdict { decision, merged_content: None }
     }
 }
@@ -101,24 +89,24 @@ fn token_set(text: &str) -> HashSet<String> {
 
 impl RuleConsolidator {
     /// The rules' decision for `new` against `old` (see the type's docs).
-    pub fn decision(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Decision {
+    pub fn decision(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> UpdateAction {
         match new.memory_type {
             MemoryType::Fact => {
                 if cosine >= self.same_value_cosine || token_set(&new.content) == token_set(&old.content) {
-                    Decision::Merge
+                    UpdateAction::Merge
                 } else if new.pointer.timestamp.is_empty()
                     || old.pointer.timestamp.is_empty()
                     || new.pointer.timestamp >= old.pointer.timestamp
                 {
                     // ISO timestamps compare correctly as strings.
-                    Decision::Supersede
+                    UpdateAction::Supersede
                 } else {
-                    Decision::KeepBoth
+                    UpdateAction::KeepBoth
                 }
             }
             MemoryType::Episodic | MemoryType::Profile => match (record_span(new), record_span(old)) {
-                (Some(a), Some(b)) if !a.overlaps(&b) => Decision::KeepBoth,
-                _ => Decision::Merge,
+                (Some(a), Some(b)) if !a.overlaps(&b) => UpdateAction::KeepBoth,
+                _ => UpdateAction::Merge,
             },
         }
     }
@@ -185,8 +173,12 @@ pub struct UpdateStats {
     pub new_records: usize,
     /// (new, old) pairs that passed the type and keyword filters.
     pub keyword_candidates: usize,
-    /// Pairs that also passed the cosine filter and went to the consolidator.
+    /// Pairs that also passed the cosine filter.
     pub cosine_candidates: usize,
+    /// Pairs the consolidator decided: a new record's candidates go to it by cosine, highest
+    /// first, until one is merged or superseded, so this is at most `cosine_candidates`.
+    #[serde(default)]
+    pub pairs_decided: usize,
     /// Texts the embedder actually embedded.
     pub embeddings_computed: usize,
     /// Vectors the filtered pipeline needed that came from the store cache instead.
@@ -354,15 +346,16 @@ pub fn update<S: MemoryStore + ?Sized>(
             scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             stats.cosine_candidates += scored.len();
             for (i, c) in scored {
+                stats.pairs_decided += 1;
                 let verdict = consolidator.decide(&entries[new_index].record, &entries[i].record, c)?;
-                if verdict.decision != Decision::KeepBoth {
+                if verdict.decision != UpdateAction::KeepBoth {
                     decided = Some((verdict, i));
                     break;
                 }
             }
         }
         match decided.map(|(v, i)| (v.decision, v.merged_content, i)) {
-            Some((Decision::Merge, content, i)) => {
+            Some((UpdateAction::Merge, content, i)) => {
                 entries[i].record = merge_records(&entries[i].record, &entries[new_index].record);
                 if let Some(content) = content {
                     entries[i].record.content = content;
@@ -373,7 +366,7 @@ pub fn update<S: MemoryStore + ?Sized>(
                 vectors.invalidate(new_index);
                 stats.merges += 1;
             }
-            Some((Decision::Supersede, _, i)) => {
+            Some((UpdateAction::Supersede, _, i)) => {
                 entries[i].alive = false;
                 vectors.invalidate(i);
                 if entries[i].origin == Origin::Stored {
@@ -425,18 +418,18 @@ mod tests {
         let c = RuleConsolidator::default();
         let old = rec("o", MemoryType::Fact, "Ann lives in Paris.", "", "2023-01-01T10:00:00");
         let moved = rec("n", MemoryType::Fact, "Ann lives in Berlin.", "", "2023-06-01T10:00:00");
-        assert_eq!(c.decision(&moved, &old, 0.8), Decision::Supersede);
-        assert_eq!(c.decision(&old, &moved, 0.8), Decision::KeepBoth, "an older message does not supersede");
+        assert_eq!(c.decision(&moved, &old, 0.8), UpdateAction::Supersede);
+        assert_eq!(c.decision(&old, &moved, 0.8), UpdateAction::KeepBoth, "an older message does not supersede");
         let same = rec("s", MemoryType::Fact, "Ann lives in Paris", "", "2023-06-01T10:00:00");
-        assert_eq!(c.decision(&same, &old, 0.8), Decision::Merge);
+        assert_eq!(c.decision(&same, &old, 0.8), UpdateAction::Merge);
 
         let a = rec("a", MemoryType::Episodic, "Ann ran a race.", "2023-05-20", "");
         let b = rec("b", MemoryType::Episodic, "Ann ran a charity race.", "2023-05", "");
         let later = rec("c", MemoryType::Episodic, "Ann ran a race.", "2023-09-02", "");
-        assert_eq!(c.decision(&b, &a, 0.9), Decision::Merge);
-        assert_eq!(c.decision(&later, &a, 0.9), Decision::KeepBoth);
+        assert_eq!(c.decision(&b, &a, 0.9), UpdateAction::Merge);
+        assert_eq!(c.decision(&later, &a, 0.9), UpdateAction::KeepBoth);
         let undated = rec("d", MemoryType::Profile, "Ann loves running.", "", "");
-        assert_eq!(c.decision(&undated, &a, 0.9), Decision::Merge);
+        assert_eq!(c.decision(&undated, &a, 0.9), UpdateAction::Merge);
     }
 
     #[test]

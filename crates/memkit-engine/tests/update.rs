@@ -120,6 +120,7 @@ fn decisions_are_applied_and_embeddings_counted() {
             new_records: 4,
             keyword_candidates: 3,
             cosine_candidates: 3,
+            pairs_decided: 3,
             embeddings_computed: 6,
             cache_hits: 0,
             embeddings_embed_all_baseline: 10,

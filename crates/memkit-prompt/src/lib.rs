@@ -75,5 +75,6 @@ mod pyjson;
 pub use chat::{ChatMessage, ChatMessages, ChatRole};
 pub use chat_template::{ChatTemplate, render_for_training};
 pub use error::{Error, Result};
-pub use outputs::{JudgeLabel, JudgeVerdict, SegmentRecord, Segmentation, UpdateAction, UpdateVerdict};
+pub use memkit_schema::UpdateAction;
+pub use outputs::{JudgeLabel, JudgeVerdict, SegmentRecord, Segmentation, UpdateVerdict};
 pub use prompts::{AnswerMemory, ExtractOptions, GGUF_PROMPT_KEY, PromptName, Prompts, TRAINED_PROMPT_FILE};

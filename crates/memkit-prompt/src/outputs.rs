@@ -6,7 +6,7 @@
 //! checks it).
 
 use memkit_data::Window;
-use memkit_schema::Hyperedge;
+use memkit_schema::{Hyperedge, UpdateAction};
 use serde::{Deserialize, Serialize};
 
 /// The reply of `boundary.j2`: the segments of a window.
@@ -93,18 +93,6 @@ impl SegmentRecord {
             members: Vec::new(),
         }
     }
-}
-
-/// The action `update.j2` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum UpdateAction {
-    /// Same fact, event or preference: combine into one record.
-    Merge,
-    /// Same attribute with a new value: the new record replaces the stored one.
-    Supersede,
-    /// Different facts or events: keep both.
-    KeepBoth,
 }
 
 /// The reply of `update.j2`.

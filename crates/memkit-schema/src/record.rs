@@ -220,3 +220,16 @@ mod tests {
         assert_eq!(serde_json::from_str::<MemoryRecord>(&s).unwrap(), r);
     }
 }
+
+/// What DimMem's dimension-aware update does with a new record that resembles a stored one (the
+/// rule and the model consolidators' answer, and the action `update.j2` asks for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum UpdateAction {
+    /// Same fact, event or preference: fold the new record into the stored one.
+    Merge,
+    /// Same attribute with a new value: the new record replaces the stored one.
+    Supersede,
+    /// Different facts or events: keep both.
+    KeepBoth,
+}

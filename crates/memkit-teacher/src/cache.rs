@@ -4,6 +4,7 @@
 //! [`CachedChat`] puts any chat model behind it (the eval's answer, judge and query models).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
 use memkit_infer::extract::Usage;
@@ -99,12 +100,35 @@ impl Cache {
 pub struct CachedChat {
     model: Box<dyn ChatModel>,
     cache: Cache,
+    requests: AtomicUsize,
+    hits: AtomicUsize,
+}
+
+/// How many requests a [`CachedChat`] has had, and how many the cache answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Requests made.
+    pub requests: usize,
+    /// Of those, answered from the cache.
+    pub hits: usize,
+}
+
+impl CacheStats {
+    /// `hits / requests`, 0 with no request.
+    pub fn hit_rate(&self) -> f64 {
+        if self.requests == 0 { 0.0 } else { self.hits as f64 / self.requests as f64 }
+    }
 }
 
 impl CachedChat {
     /// `model` behind `cache`.
     pub fn new(model: Box<dyn ChatModel>, cache: Cache) -> Self {
-        Self { model, cache }
+        Self { model, cache, requests: AtomicUsize::new(0), hits: AtomicUsize::new(0) }
+    }
+
+    /// Requests and cache hits so far.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats { requests: self.requests.load(Ordering::Relaxed), hits: self.hits.load(Ordering::Relaxed) }
     }
 
     fn key(&self, request: &ChatRequest) -> String {
@@ -139,6 +163,8 @@ impl ChatModel for CachedChat {
             });
         }
         let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
+        self.requests.fetch_add(requests.len(), Ordering::Relaxed);
+        self.hits.fetch_add(requests.len() - missing.len(), Ordering::Relaxed);
         if !missing.is_empty() {
             let asked: Vec<ChatRequest> = missing.iter().map(|&i| requests[i].clone()).collect();
             let mut replies = self.model.complete(&asked).into_iter();
@@ -230,6 +256,8 @@ mod tests {
         assert!(second[1].is_err());
         assert_eq!(second[2].as_ref().unwrap().text, "yx");
         assert_eq!(asked.load(SeqCst), 4, "only \"down\" and \"xy\" reach the model");
+        assert_eq!(chat.stats(), CacheStats { requests: 3, hits: 1 });
+        assert!((chat.stats().hit_rate() - 1.0 / 3.0).abs() < 1e-12);
         // Another token limit is another request.
         assert_eq!(chat.complete(&requests(&["abc"], 9))[0].as_ref().unwrap().text, "cba");
         assert_eq!(asked.load(SeqCst), 5);

@@ -42,14 +42,18 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     } else {
         None
     };
-    let qa_models = recipe.qa.as_ref().map(qa_models).transpose()?;
-    let query_model = recipe.query_model.as_ref().map(query_model).transpose()?;
-    let update_model = recipe.update_model.as_ref().map(update_model).transpose()?;
-    let boundary_model = recipe.boundary_model.as_ref().map(boundary_model).transpose()?;
+    let mut cached = Vec::new();
+    let qa_models = recipe.qa.as_ref().map(|spec| qa_models(spec, &mut cached)).transpose()?;
+    let query_model = recipe.query_model.as_ref().map(|spec| query_model(spec, &mut cached)).transpose()?;
+    let update_model = recipe.update_model.as_ref().map(|spec| update_model(spec, &mut cached)).transpose()?;
+    let boundary_model = recipe.boundary_model.as_ref().map(|spec| boundary_model(spec, &mut cached)).transpose()?;
     let options = RunOptions { data_dir: args.data_dir.clone(), command, embedder, qa_models, query_model, update_model, boundary_model };
     let reporter = StageReporter::new(bars);
-    let report = runner::run(&recipe, &options, &reporter)
+    let mut report = runner::run(&recipe, &options, &reporter)
         .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
+    if !cached.is_empty() {
+        report.notes.push(cache_note(&cached));
+    }
     let dir = report.write(&args.reports_dir)?;
     #[allow(clippy::print_stdout)]
     {
@@ -89,42 +93,72 @@ fn reply_cache() -> Cache {
     Cache::new(Cache::default_dir().with_file_name("qa"))
 }
 
+/// A recipe's models behind the reply cache, each with its role ("answer model", …).
+type Cached = Vec<(&'static str, Arc<CachedChat>)>;
+
+/// The report's line on the reply cache: requests and hits per model role in this run.
+fn cache_note(cached: &Cached) -> String {
+    let parts: Vec<String> = cached
+        .iter()
+        .map(|(role, chat)| {
+            let s = chat.stats();
+            format!("{role} {} of {} ({:.1}%)", s.hits, s.requests, 100.0 * s.hit_rate())
+        })
+        .collect();
+    format!(
+        "Model replies from the reply cache ({}) in this run, by role: {}. A hit is a reply an earlier run with the same model, prompt and parameters wrote; a re-run of this recipe asks nothing again.",
+        reply_cache().dir().display(),
+        parts.join("; ")
+    )
+}
+
 /// The answer model and judge of `[qa]`, each behind the reply cache.
-fn qa_models(spec: &QaSpec) -> anyhow::Result<QaModels> {
+fn qa_models(spec: &QaSpec, cached: &mut Cached) -> anyhow::Result<QaModels> {
     // Prompts are at most the budget plus the instructions; the judge's are short.
     let n_ctx = (2048 + spec.chunk * (spec.budget + 1024 + spec.max_tokens)) as u32;
     let max_tokens = spec.max_tokens.max(160);
     let answer = chat_model(&spec.answer, spec.chunk, n_ctx, max_tokens)?;
-    let judge = match (&spec.judge, spec.judged) {
-        (Some(judge), true) if *judge != spec.answer => Some(chat_model(judge, spec.chunk, n_ctx, max_tokens)?),
-        (_, true) => Some(Arc::clone(&answer)),
+    cached.push(("answer model", Arc::clone(&answer)));
+    let judge: Option<Arc<dyn ChatModel>> = match (&spec.judge, spec.judged) {
+        (Some(judge), true) if *judge != spec.answer => {
+            let judge = chat_model(judge, spec.chunk, n_ctx, max_tokens)?;
+            cached.push(("judge", Arc::clone(&judge)));
+            Some(judge)
+        }
+        (_, true) => Some(answer.clone()),
         (_, false) => None,
     };
     Ok(QaModels { answer, judge })
 }
 
 /// The query parser's model of `[query_model]`, behind the reply cache.
-fn query_model(spec: &QueryModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+fn query_model(spec: &QueryModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // A question and its date after the shared instructions, and the reply.
     let n_ctx = (2048 + spec.chunk * (256 + spec.max_tokens)) as u32;
-    chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)
+    let model = chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)?;
+    cached.push(("query parser", Arc::clone(&model)));
+    Ok(model)
 }
 
 /// The update consolidator's model of `[update_model]`, behind the reply cache: one pair at a
 /// time (each decision changes the next pair's candidates).
-fn update_model(spec: &UpdateModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+fn update_model(spec: &UpdateModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // Two records after the shared instructions, and the reply.
-    chat_model(&spec.model, 1, (2048 + spec.max_tokens) as u32, spec.max_tokens)
+    let model = chat_model(&spec.model, 1, (2048 + spec.max_tokens) as u32, spec.max_tokens)?;
+    cached.push(("update consolidator", Arc::clone(&model)));
+    Ok(model)
 }
 
 /// HingeMem's segmenter model of `[boundary_model]`, behind the reply cache.
-fn boundary_model(spec: &BoundaryModelSpec) -> anyhow::Result<Arc<dyn ChatModel>> {
+fn boundary_model(spec: &BoundaryModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // A piece of messages (shown cut to 600 characters) after the shared instructions, and the reply.
     let n_ctx = (1024 + spec.chunk * (spec.messages * 200 + spec.max_tokens)) as u32;
-    chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)
+    let model = chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)?;
+    cached.push(("boundary segmenter", Arc::clone(&model)));
+    Ok(model)
 }
 
 /// A recipe's model (see [`super::chat_model`]) behind the reply cache.
-fn chat_model(model: &ModelSpec, batch: usize, n_ctx: u32, max_tokens: usize) -> anyhow::Result<Arc<dyn ChatModel>> {
+fn chat_model(model: &ModelSpec, batch: usize, n_ctx: u32, max_tokens: usize) -> anyhow::Result<Arc<CachedChat>> {
     Ok(Arc::new(CachedChat::new(super::chat_model(model, batch, n_ctx, max_tokens)?, reply_cache())))
 }

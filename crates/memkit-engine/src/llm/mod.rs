@@ -25,19 +25,91 @@ pub use query::{LlmQueryParser, ParserStats, decode_query, ground_time};
 pub use segment::{LlmSegmenter, SegmenterStats, decode_boundaries};
 pub use update::{ConsolidatorStats, LlmConsolidator, covers_both, decode_verdict};
 
+use std::sync::{Arc, Mutex};
+
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
+use memkit_prompt::Prompts;
 
 use crate::{Error, Result};
 
-/// Asks `model` for one reply to `request`; a backend failure (or a model that answers the
-/// wrong number of requests) is an error.
-fn ask_one(model: &dyn ChatModel, request: ChatRequest) -> Result<Reply> {
-    let mut replies = model.complete(std::slice::from_ref(&request));
-    if replies.len() != 1 {
-        return Err(Error::Model(format!("{}: {} replies to 1 request", model.id(), replies.len())));
-    }
-    replies.pop().expect("one reply").map_err(|e| Error::Model(format!("{}: {e}", model.id())))
+/// What each language-model step holds: the model, the prompts it renders, the most tokens of
+/// one reply, and its counters `S` (the step's public stats).
+struct Step<S> {
+    model: Arc<dyn ChatModel>,
+    prompts: Prompts,
+    max_tokens: usize,
+    stats: Mutex<S>,
 }
+
+impl<S: Copy + Default> Step<S> {
+    /// A step asking `model` with the embedded prompts.
+    fn new(model: Arc<dyn ChatModel>, max_tokens: usize) -> Result<Self> {
+        let prompts = Prompts::embedded().map_err(|e| Error::Prompt(e.to_string()))?;
+        Ok(Self { model, prompts, max_tokens, stats: Mutex::new(S::default()) })
+    }
+
+    /// Updates the counters.
+    fn count(&self, f: impl FnOnce(&mut S)) {
+        f(&mut self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The counters so far.
+    fn stats(&self) -> S {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One reply per request, in order, asked in groups of the model's
+    /// [`ChatModel::parallel`] requests. A backend failure (or a model that answers the wrong
+    /// number of requests) is an error.
+    fn ask(&self, requests: &[ChatRequest]) -> Result<Vec<Reply>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for group in requests.chunks(self.model.parallel().max(1)) {
+            let replies = self.model.complete(group);
+            if replies.len() != group.len() {
+                return Err(Error::Model(format!("{}: {} replies to {} requests", self.model.id(), replies.len(), group.len())));
+            }
+            for reply in replies {
+                out.push(reply.map_err(|e| Error::Model(format!("{}: {e}", self.model.id())))?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The reply to one request.
+    fn ask_one(&self, request: ChatRequest) -> Result<Reply> {
+        Ok(self.ask(std::slice::from_ref(&request))?.remove(0))
+    }
+}
+
+/// The builder methods every step shares, on a struct with a `step: Step<$stats>` field.
+macro_rules! step_methods {
+    ($stats:ty) => {
+        /// Renders with `prompts` (a folder of overrides) instead of the embedded ones.
+        #[must_use]
+        pub fn with_prompts(mut self, prompts: memkit_prompt::Prompts) -> Self {
+            self.step.prompts = prompts;
+            self
+        }
+
+        /// Sets the most tokens of one reply.
+        #[must_use]
+        pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
+            self.step.max_tokens = max_tokens.max(1);
+            self
+        }
+
+        /// The model's id (`gguf:<file>`, `openai:<model>@<url>`).
+        pub fn model_id(&self) -> &str {
+            self.step.model.id()
+        }
+
+        /// What it has done so far.
+        pub fn stats(&self) -> $stats {
+            self.step.stats()
+        }
+    };
+}
+use step_methods;
 
 /// A chat model that replies from a script, in order, and remembers what it was asked.
 #[cfg(test)]

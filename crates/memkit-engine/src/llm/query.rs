@@ -24,15 +24,14 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::NaiveDateTime;
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
-use memkit_prompt::Prompts;
 use memkit_schema::{ParsedQuery, query_json_schema};
 use memkit_text::time::find_time;
 use serde::Serialize;
 
+use super::{Step, step_methods};
 use crate::query::{QueryParser, RuleQueryParser};
 use crate::{Error, Result};
 
@@ -49,13 +48,8 @@ pub struct ParserStats {
 
 /// DimMem's query parser: a chat model reads the question and its date through `query.j2`.
 pub struct LlmQueryParser {
-    model: Arc<dyn ChatModel>,
-    prompts: Prompts,
-    max_tokens: usize,
+    step: Step<ParserStats>,
     grounded_time: bool,
-    asked: AtomicUsize,
-    fallbacks: AtomicUsize,
-    times_dropped: AtomicUsize,
 }
 
 impl LlmQueryParser {
@@ -64,16 +58,7 @@ impl LlmQueryParser {
 
     /// A parser asking `model` with the embedded prompts.
     pub fn new(model: Arc<dyn ChatModel>) -> Result<Self> {
-        let prompts = Prompts::embedded().map_err(|e| Error::Prompt(e.to_string()))?;
-        Ok(Self {
-            model,
-            prompts,
-            max_tokens: Self::DEFAULT_MAX_TOKENS,
-            grounded_time: true,
-            asked: AtomicUsize::new(0),
-            fallbacks: AtomicUsize::new(0),
-            times_dropped: AtomicUsize::new(0),
-        })
+        Ok(Self { step: Step::new(model, Self::DEFAULT_MAX_TOKENS)?, grounded_time: true })
     }
 
     /// Whether a time constraint must be named in the question to stay ([`ground_time`]; on by
@@ -84,37 +69,11 @@ impl LlmQueryParser {
         self
     }
 
-    /// Renders with `prompts` (a folder of overrides) instead of the embedded ones.
-    #[must_use]
-    pub fn with_prompts(mut self, prompts: Prompts) -> Self {
-        self.prompts = prompts;
-        self
-    }
-
-    /// Sets the most tokens of one reply.
-    #[must_use]
-    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
-        self.max_tokens = max_tokens.max(1);
-        self
-    }
-
-    /// The model's id (`gguf:<file>`, `openai:<model>@<url>`).
-    pub fn model_id(&self) -> &str {
-        self.model.id()
-    }
-
-    /// Questions asked and fallbacks so far.
-    pub fn stats(&self) -> ParserStats {
-        ParserStats {
-            asked: self.asked.load(Ordering::Relaxed),
-            fallbacks: self.fallbacks.load(Ordering::Relaxed),
-            times_dropped: self.times_dropped.load(Ordering::Relaxed),
-        }
-    }
+    step_methods!(ParserStats);
 
     fn request(&self, question: &str, date: Option<NaiveDateTime>) -> Result<ChatRequest> {
-        let messages = self.prompts.render_query(question, date).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
-        Ok(ChatRequest::new(messages, self.max_tokens).with_schema(query_json_schema()))
+        let messages = self.step.prompts.render_query(question, date).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
+        Ok(ChatRequest::new(messages, self.step.max_tokens).with_schema(query_json_schema()))
     }
 }
 
@@ -147,28 +106,22 @@ impl QueryParser for LlmQueryParser {
 
     /// Asks in groups of the model's [`ChatModel::parallel`] requests.
     fn parse_all(&self, questions: &[(&str, Option<NaiveDateTime>)]) -> Result<Vec<ParsedQuery>> {
+        let requests = questions.iter().map(|(q, d)| self.request(q, *d)).collect::<Result<Vec<_>>>()?;
+        let replies = self.step.ask(&requests)?;
         let mut out = Vec::with_capacity(questions.len());
-        for group in questions.chunks(self.model.parallel().max(1)) {
-            let requests = group.iter().map(|(q, d)| self.request(q, *d)).collect::<Result<Vec<_>>>()?;
-            let replies = self.model.complete(&requests);
-            if replies.len() != group.len() {
-                return Err(Error::Model(format!("{}: {} replies to {} requests", self.model.id(), replies.len(), group.len())));
-            }
-            for (&(question, date), reply) in group.iter().zip(replies) {
-                let reply = reply.map_err(|e| Error::Model(format!("{}: {e}", self.model.id())))?;
-                self.asked.fetch_add(1, Ordering::Relaxed);
-                match decode_query(&reply) {
-                    Some(mut parsed) => {
-                        if self.grounded_time && ground_time(&mut parsed, question, date) {
-                            self.times_dropped.fetch_add(1, Ordering::Relaxed);
-                        }
-                        out.push(parsed);
+        for (&(question, date), reply) in questions.iter().zip(replies) {
+            self.step.count(|s| s.asked += 1);
+            match decode_query(&reply) {
+                Some(mut parsed) => {
+                    if self.grounded_time && ground_time(&mut parsed, question, date) {
+                        self.step.count(|s| s.times_dropped += 1);
                     }
-                    None => {
-                        self.fallbacks.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(question, reply = %reply.text, cut = reply.usage.hit_max_tokens, "query reply unusable, rule parser used");
-                        out.push(RuleQueryParser.parse(question, date)?);
-                    }
+                    out.push(parsed);
+                }
+                None => {
+                    self.step.count(|s| s.fallbacks += 1);
+                    tracing::debug!(question, reply = %reply.text, cut = reply.usage.hit_max_tokens, "query reply unusable, rule parser used");
+                    out.push(RuleQueryParser.parse(question, date)?);
                 }
             }
         }

@@ -18,14 +18,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memkit_data::{Window, WindowConfig, windows};
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
-use memkit_prompt::{Prompts, Segmentation};
+use memkit_prompt::Segmentation;
 use memkit_schema::Dialogue;
 use serde::Serialize;
 
+use super::{Step, step_methods};
 use crate::hinge::{BoundaryReason, RuleSegmenter, Segment, Segmenter};
 use crate::{Error, Result};
 
@@ -46,15 +46,9 @@ pub struct SegmenterStats {
 
 /// HingeMem's boundary segmenter on a chat model, with `boundary.j2`.
 pub struct LlmSegmenter {
-    model: Arc<dyn ChatModel>,
-    prompts: Prompts,
-    max_tokens: usize,
+    step: Step<SegmenterStats>,
     messages: usize,
     rules: RuleSegmenter<'static>,
-    asked: AtomicUsize,
-    fallbacks: AtomicUsize,
-    untiled: AtomicUsize,
-    boundaries: AtomicUsize,
 }
 
 impl LlmSegmenter {
@@ -67,25 +61,7 @@ impl LlmSegmenter {
 
     /// A segmenter asking `model` with the embedded prompts, the default rules as fallback.
     pub fn new(model: Arc<dyn ChatModel>) -> Result<Self> {
-        let prompts = Prompts::embedded().map_err(|e| Error::Prompt(e.to_string()))?;
-        Ok(Self {
-            model,
-            prompts,
-            max_tokens: Self::DEFAULT_MAX_TOKENS,
-            messages: Self::DEFAULT_MESSAGES,
-            rules: RuleSegmenter::default(),
-            asked: AtomicUsize::new(0),
-            fallbacks: AtomicUsize::new(0),
-            untiled: AtomicUsize::new(0),
-            boundaries: AtomicUsize::new(0),
-        })
-    }
-
-    /// Sets the most tokens of one reply.
-    #[must_use]
-    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
-        self.max_tokens = max_tokens.max(1);
-        self
+        Ok(Self { step: Step::new(model, Self::DEFAULT_MAX_TOKENS)?, messages: Self::DEFAULT_MESSAGES, rules: RuleSegmenter::default() })
     }
 
     /// Sets the most messages shown per request.
@@ -102,21 +78,7 @@ impl LlmSegmenter {
         self
     }
 
-    /// The model's id (`gguf:<file>`, `openai:<model>@<url>`).
-    pub fn model_id(&self) -> &str {
-        self.model.id()
-    }
-
-    /// What it has done so far.
-    pub fn stats(&self) -> SegmenterStats {
-        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        SegmenterStats {
-            asked: load(&self.asked),
-            fallbacks: load(&self.fallbacks),
-            untiled: load(&self.untiled),
-            boundaries: load(&self.boundaries),
-        }
-    }
+    step_methods!(SegmenterStats);
 
     /// The pieces of each session the model is shown.
     fn pieces(&self, dialogue: &Dialogue) -> Vec<Window> {
@@ -180,45 +142,39 @@ impl Segmenter for LlmSegmenter {
         let sessions_start = boundaries.clone();
         let mut rule_segments: Option<Vec<Segment>> = None;
         let pieces = self.pieces(dialogue);
-        for group in pieces.chunks(self.model.parallel().max(1)) {
-            let requests = group
-                .iter()
-                .map(|w| {
-                    let messages = self.prompts.render_boundary(w).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
-                    Ok(ChatRequest::new(messages, self.max_tokens).with_schema(Segmentation::json_schema(w.messages.len())))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let replies = self.model.complete(&requests);
-            if replies.len() != group.len() {
-                return Err(Error::Model(format!("{}: {} replies to {} requests", self.model.id(), replies.len(), group.len())));
-            }
-            for (piece, reply) in group.iter().zip(replies) {
-                let reply = reply.map_err(|e| Error::Model(format!("{}: {e}", self.model.id())))?;
-                self.asked.fetch_add(1, Ordering::Relaxed);
-                let at = |number: u32| piece.message(number).and_then(|m| position.get(m.turn_id.as_str()).copied());
-                let (first, last) = (at(1), at(piece.messages.len() as u32));
-                let (Some(first), Some(last)) = (first, last) else { continue };
-                match decode_boundaries(&reply, piece.messages.len()) {
-                    Some((starts, tiled)) => {
-                        if !tiled {
-                            self.untiled.fetch_add(1, Ordering::Relaxed);
-                        }
-                        for (number, reason) in starts {
-                            if let Some(p) = at(number) {
-                                boundaries.entry(p).or_insert(reason);
-                                self.boundaries.fetch_add(1, Ordering::Relaxed);
-                            }
+        let requests = pieces
+            .iter()
+            .map(|w| {
+                let messages = self.step.prompts.render_boundary(w).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
+                Ok(ChatRequest::new(messages, self.step.max_tokens).with_schema(Segmentation::json_schema(w.messages.len())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let replies = self.step.ask(&requests)?;
+        for (piece, reply) in pieces.iter().zip(replies) {
+            self.step.count(|s| s.asked += 1);
+            let at = |number: u32| piece.message(number).and_then(|m| position.get(m.turn_id.as_str()).copied());
+            let (first, last) = (at(1), at(piece.messages.len() as u32));
+            let (Some(first), Some(last)) = (first, last) else { continue };
+            match decode_boundaries(&reply, piece.messages.len()) {
+                Some((starts, tiled)) => {
+                    if !tiled {
+                        self.step.count(|s| s.untiled += 1);
+                    }
+                    for (number, reason) in starts {
+                        if let Some(p) = at(number) {
+                            boundaries.entry(p).or_insert(reason);
+                            self.step.count(|s| s.boundaries += 1);
                         }
                     }
-                    None => {
-                        self.fallbacks.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(piece = %piece.id, reply = %reply.text, cut = reply.usage.hit_max_tokens, "boundary reply unusable, rules used");
-                        if rule_segments.is_none() {
-                            rule_segments = Some(self.rules.segment(dialogue)?);
-                        }
-                        for s in rule_segments.iter().flatten().filter(|s| s.turns.start > first && s.turns.start <= last) {
-                            boundaries.entry(s.turns.start).or_insert(s.boundary_reason);
-                        }
+                }
+                None => {
+                    self.step.count(|s| s.fallbacks += 1);
+                    tracing::debug!(piece = %piece.id, reply = %reply.text, cut = reply.usage.hit_max_tokens, "boundary reply unusable, rules used");
+                    if rule_segments.is_none() {
+                        rule_segments = Some(self.rules.segment(dialogue)?);
+                    }
+                    for s in rule_segments.iter().flatten().filter(|s| s.turns.start > first && s.turns.start <= last) {
+                        boundaries.entry(s.turns.start).or_insert(s.boundary_reason);
                     }
                 }
             }

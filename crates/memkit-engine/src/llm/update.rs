@@ -30,16 +30,15 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
-use memkit_prompt::{Prompts, UpdateAction, UpdateVerdict};
+use memkit_prompt::{UpdateAction, UpdateVerdict};
 use memkit_schema::MemoryRecord;
 use serde::Serialize;
 
-use super::ask_one;
+use super::{Step, step_methods};
 use crate::text::terms;
-use crate::update::{Consolidator, Decision, RuleConsolidator, Verdict};
+use crate::update::{Consolidator, RuleConsolidator, Verdict};
 use crate::{Error, Result};
 
 /// How an [`LlmConsolidator`] has fared so far.
@@ -62,16 +61,8 @@ pub struct ConsolidatorStats {
 
 /// DimMem's update consolidator: a chat model decides each pair through `update.j2`.
 pub struct LlmConsolidator {
-    model: Arc<dyn ChatModel>,
-    prompts: Prompts,
-    max_tokens: usize,
+    step: Step<ConsolidatorStats>,
     rules: RuleConsolidator,
-    asked: AtomicUsize,
-    fallbacks: AtomicUsize,
-    merges: AtomicUsize,
-    supersedes: AtomicUsize,
-    keep_both: AtomicUsize,
-    merged_text_rejected: AtomicUsize,
 }
 
 impl LlmConsolidator {
@@ -80,56 +71,14 @@ impl LlmConsolidator {
 
     /// A consolidator asking `model` with the embedded prompts, the default rules as fallback.
     pub fn new(model: Arc<dyn ChatModel>) -> Result<Self> {
-        let prompts = Prompts::embedded().map_err(|e| Error::Prompt(e.to_string()))?;
-        Ok(Self {
-            model,
-            prompts,
-            max_tokens: Self::DEFAULT_MAX_TOKENS,
-            rules: RuleConsolidator::default(),
-            asked: AtomicUsize::new(0),
-            fallbacks: AtomicUsize::new(0),
-            merges: AtomicUsize::new(0),
-            supersedes: AtomicUsize::new(0),
-            keep_both: AtomicUsize::new(0),
-            merged_text_rejected: AtomicUsize::new(0),
-        })
+        Ok(Self { step: Step::new(model, Self::DEFAULT_MAX_TOKENS)?, rules: RuleConsolidator::default() })
     }
 
-    /// Renders with `prompts` (a folder of overrides) instead of the embedded ones.
-    #[must_use]
-    pub fn with_prompts(mut self, prompts: Prompts) -> Self {
-        self.prompts = prompts;
-        self
-    }
-
-    /// Sets the most tokens of one reply.
-    #[must_use]
-    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
-        self.max_tokens = max_tokens.max(1);
-        self
-    }
-
-    /// The model's id (`gguf:<file>`, `openai:<model>@<url>`).
-    pub fn model_id(&self) -> &str {
-        self.model.id()
-    }
-
-    /// What it has done so far.
-    pub fn stats(&self) -> ConsolidatorStats {
-        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        ConsolidatorStats {
-            asked: load(&self.asked),
-            fallbacks: load(&self.fallbacks),
-            merges: load(&self.merges),
-            supersedes: load(&self.supersedes),
-            keep_both: load(&self.keep_both),
-            merged_text_rejected: load(&self.merged_text_rejected),
-        }
-    }
+    step_methods!(ConsolidatorStats);
 
     fn request(&self, new: &MemoryRecord, old: &MemoryRecord) -> Result<ChatRequest> {
-        let messages = self.prompts.render_update(old, new).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
-        Ok(ChatRequest::new(messages, self.max_tokens).with_schema(UpdateVerdict::json_schema()))
+        let messages = self.step.prompts.render_update(old, new).map_err(|e| Error::Prompt(e.to_string()))?.to_messages();
+        Ok(ChatRequest::new(messages, self.step.max_tokens).with_schema(UpdateVerdict::json_schema()))
     }
 }
 
@@ -155,32 +104,31 @@ pub fn covers_both(merged: &str, old: &str, new: &str) -> bool {
 
 impl Consolidator for LlmConsolidator {
     fn decide(&self, new: &MemoryRecord, old: &MemoryRecord, cosine: f32) -> Result<Verdict> {
-        let reply = ask_one(&*self.model, self.request(new, old)?)?;
-        self.asked.fetch_add(1, Ordering::Relaxed);
+        let reply = self.step.ask_one(self.request(new, old)?)?;
+        self.step.count(|s| s.asked += 1);
         let Some(verdict) = decode_verdict(&reply) else {
-            self.fallbacks.fetch_add(1, Ordering::Relaxed);
+            self.step.count(|s| s.fallbacks += 1);
             tracing::debug!(reply = %reply.text, cut = reply.usage.hit_max_tokens, "update reply unusable, rules used");
             return self.rules.decide(new, old, cosine);
         };
         Ok(match verdict.decision {
             UpdateAction::Merge => {
-                self.merges.fetch_add(1, Ordering::Relaxed);
                 let content = verdict.content.trim();
-                let merged_content = if covers_both(content, &old.content, &new.content) {
-                    Some(content.to_owned())
-                } else {
-                    self.merged_text_rejected.fetch_add(1, Ordering::Relaxed);
-                    None
-                };
-                Verdict { decision: Decision::Merge, merged_content }
+                let covered = covers_both(content, &old.content, &new.content);
+                self.step.count(|s| {
+                    s.merges += 1;
+                    s.merged_text_rejected += usize::from(!covered);
+                });
+                let merged_content = covered.then(|| content.to_owned());
+                Verdict { decision: UpdateAction::Merge, merged_content }
             }
             UpdateAction::Supersede => {
-                self.supersedes.fetch_add(1, Ordering::Relaxed);
-                Decision::Supersede.into()
+                self.step.count(|s| s.supersedes += 1);
+                UpdateAction::Supersede.into()
             }
             UpdateAction::KeepBoth => {
-                self.keep_both.fetch_add(1, Ordering::Relaxed);
-                Decision::KeepBoth.into()
+                self.step.count(|s| s.keep_both += 1);
+                UpdateAction::KeepBoth.into()
             }
         })
     }
@@ -212,10 +160,10 @@ mod tests {
         // The second reply stopped at its token limit; the third is prose.
         let model = Scripted::new(&[(keep, false), (&supersede[..20], true), ("I think they are the same.", false)]);
         let c = LlmConsolidator::new(model.clone()).unwrap();
-        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), Decision::KeepBoth.into());
+        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), UpdateAction::KeepBoth.into());
         // The rules: a differing fact from a newer message supersedes.
-        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), Decision::Supersede.into());
-        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), Decision::Supersede.into());
+        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), UpdateAction::Supersede.into());
+        assert_eq!(c.decide(&new, &old, 0.9).unwrap(), UpdateAction::Supersede.into());
         assert_eq!(c.stats(), ConsolidatorStats { asked: 3, fallbacks: 2, keep_both: 1, ..Default::default() });
 
         // Each request is update.j2 with the stored record first, under the verdict schema.
@@ -236,9 +184,9 @@ mod tests {
         let lossy = r#"{"decision":"MERGE","content":"Ann has a cat.","reason":"same cat"}"#;
         let c = LlmConsolidator::new(Scripted::new(&[(good, false), (lossy, false)])).unwrap();
         let verdict = c.decide(&new, &old, 0.8).unwrap();
-        assert_eq!(verdict.decision, Decision::Merge);
+        assert_eq!(verdict.decision, UpdateAction::Merge);
         assert_eq!(verdict.merged_content.as_deref(), Some("Ann adopted a grey tabby cat named Miso from the shelter."));
-        assert_eq!(c.decide(&new, &old, 0.8).unwrap(), Decision::Merge.into(), "the longer content is kept");
+        assert_eq!(c.decide(&new, &old, 0.8).unwrap(), UpdateAction::Merge.into(), "the longer content is kept");
         assert_eq!(c.stats(), ConsolidatorStats { asked: 2, merges: 2, merged_text_rejected: 1, ..Default::default() });
     }
 

@@ -79,6 +79,7 @@ impl Tally {
             t.new_records += u.new_records;
             t.keyword_candidates += u.keyword_candidates;
             t.cosine_candidates += u.cosine_candidates;
+            t.pairs_decided += u.pairs_decided;
             t.merges += u.merges;
             t.supersedes += u.supersedes;
             t.kept += u.kept;
@@ -217,7 +218,7 @@ impl Tally {
         }
         if let Some(u) = self.update {
             m.extra.insert("update_records_in".into(), json!(u.new_records));
-            m.extra.insert("update_pairs_decided".into(), json!(u.cosine_candidates));
+            m.extra.insert("update_pairs_decided".into(), json!(u.pairs_decided));
             m.extra.insert("update_merges".into(), json!(u.merges));
             m.extra.insert("update_supersedes".into(), json!(u.supersedes));
             m.extra.insert("update_records_kept".into(), json!(u.kept));
