@@ -24,6 +24,17 @@ fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(reports.join(name).join("metrics.json")).unwrap()).unwrap()
 }
 
+/// Writes `<dir>/<name>.toml`: a recipe over LoCoMo conv-26's first session with `systems`
+/// (the rest of the recipe, TOML).
+fn recipe_on_conv26_session1(dir: &Path, name: &str, systems: &str) -> std::path::PathBuf {
+    let recipe = dir.join(format!("{name}.toml"));
+    let head = format!(
+        "name = \"{name}\"\n[dataset]\nkind = \"locomo\"\npath = \"locomo/locomo10.json\"\nconversations = [\"conv-26\"]\nsessions = 1\n"
+    );
+    std::fs::write(&recipe, head + systems).unwrap();
+    recipe
+}
+
 fn cached_replies(dir: &Path) -> usize {
     walk(dir).filter(|p| p.extension().is_some_and(|e| e == "json")).count()
 }
@@ -40,18 +51,11 @@ fn walk(dir: &Path) -> Box<dyn Iterator<Item = std::path::PathBuf>> {
 fn an_llm_parsed_system_is_evaluated_counted_and_cached() {
     let Some(gguf) = memkit_infer::models::installed_for_tests(memkit_infer::models::QWEN2_5_CODER_0_5B.name) else { return };
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("llm-parser.toml");
-    std::fs::write(
-        &recipe,
-        format!(
+    let recipe = recipe_on_conv26_session1(
+        dir.path(),
+        "llm-parser",
+        &format!(
             r#"
-name = "llm-parser"
-[dataset]
-kind = "locomo"
-path = "locomo/locomo10.json"
-conversations = ["conv-26"]
-sessions = 1
-
 [[systems]]
 kind = "engine"
 name = "rules"
@@ -68,8 +72,7 @@ model = {{ kind = "local", model = {gguf:?}, threads = 2 }}
 chunk = 4
 "#
         ),
-    )
-    .unwrap();
+    );
     let (reports, cache) = (dir.path().join("reports"), dir.path().join("cache"));
     let metrics = eval(&recipe, &reports, &cache);
     let systems = metrics["systems"].as_array().unwrap();
@@ -100,18 +103,11 @@ fn llm_update_and_llm_boundaries_are_evaluated_counted_and_cached() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("llm-steps.toml");
-    std::fs::write(
-        &recipe,
-        format!(
+    let recipe = recipe_on_conv26_session1(
+        dir.path(),
+        "llm-steps",
+        &format!(
             r#"
-name = "llm-steps"
-[dataset]
-kind = "locomo"
-path = "locomo/locomo10.json"
-conversations = ["conv-26"]
-sessions = 1
-
 [[systems]]
 kind = "engine"
 name = "rule update"
@@ -140,8 +136,7 @@ model = {{ kind = "local", model = {gguf:?}, threads = 2 }}
 messages = 12
 "#
         ),
-    )
-    .unwrap();
+    );
     let (reports, cache) = (dir.path().join("reports"), dir.path().join("cache"));
     let metrics = eval(&recipe, &reports, &cache);
     let systems = metrics["systems"].as_array().unwrap();

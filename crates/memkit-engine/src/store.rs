@@ -393,22 +393,27 @@ fn json_list(items: &[String]) -> String {
     serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
 }
 
+/// Runs `stmt` with the record's values bound in [`RECORD_COLUMNS`] order (`?1` … `?12`).
+fn execute_with_record(mut stmt: rusqlite::CachedStatement<'_>, r: &MemoryRecord) -> rusqlite::Result<usize> {
+    stmt.execute(params![
+        r.id,
+        r.content,
+        r.memory_type.as_str(),
+        r.dims.time,
+        r.dims.location,
+        r.dims.reason,
+        r.dims.purpose,
+        json_list(&r.dims.keywords),
+        r.pointer.window_id,
+        json_list(&r.pointer.turn_ids),
+        r.pointer.speaker,
+        r.pointer.timestamp,
+    ])
+}
+
 fn insert_record(tx: &Transaction<'_>, r: &MemoryRecord) -> rusqlite::Result<()> {
-    tx.prepare_cached(&format!("INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"))?
-        .execute(params![
-            r.id,
-            r.content,
-            r.memory_type.as_str(),
-            r.dims.time,
-            r.dims.location,
-            r.dims.reason,
-            r.dims.purpose,
-            json_list(&r.dims.keywords),
-            r.pointer.window_id,
-            json_list(&r.pointer.turn_ids),
-            r.pointer.speaker,
-            r.pointer.timestamp,
-        ])?;
+    let sql = format!("INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+    execute_with_record(tx.prepare_cached(&sql)?, r)?;
     insert_record_turns(tx, r)
 }
 
@@ -422,25 +427,13 @@ fn insert_record_turns(tx: &Transaction<'_>, r: &MemoryRecord) -> rusqlite::Resu
 
 /// Returns whether a row was updated.
 fn update_record_tx(tx: &Transaction<'_>, r: &MemoryRecord) -> rusqlite::Result<bool> {
-    let n = tx
-        .prepare_cached(
+    let n = execute_with_record(
+        tx.prepare_cached(
             "UPDATE records SET content = ?2, memory_type = ?3, time = ?4, location = ?5, reason = ?6, purpose = ?7, \
              keywords = ?8, window_id = ?9, turn_ids = ?10, speaker = ?11, timestamp = ?12 WHERE id = ?1",
-        )?
-        .execute(params![
-            r.id,
-            r.content,
-            r.memory_type.as_str(),
-            r.dims.time,
-            r.dims.location,
-            r.dims.reason,
-            r.dims.purpose,
-            json_list(&r.dims.keywords),
-            r.pointer.window_id,
-            json_list(&r.pointer.turn_ids),
-            r.pointer.speaker,
-            r.pointer.timestamp,
-        ])?;
+        )?,
+        r,
+    )?;
     if n == 0 {
         return Ok(false);
     }

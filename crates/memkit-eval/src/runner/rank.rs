@@ -331,20 +331,9 @@ mod tests {
         prepared.rank(question, &RuleQueryParser.parse(question, date).unwrap()).unwrap()
     }
 
-    /// See: issue 18. The adaptive stop cuts the fused list by score; the units kept must be the
-    /// best-scored hits, best first, not the first hits of the concatenated route lists.
-    #[test]
-    fn the_adaptive_stop_keeps_the_best_scored_hits_in_score_order() {
+    /// One session dated `date` of Ann's turns `D1:1`, `D1:2`, …, the i-th said at `at(i)`.
+    fn ann_says(texts: &[&str], date: Option<NaiveDateTime>, at: impl Fn(usize) -> Option<NaiveDateTime>) -> Dialogue {
         use memkit_schema::{Role, Session, Turn};
-        let at = |d: u32| chrono::NaiveDate::from_ymd_opt(2023, 5, d).unwrap().and_hms_opt(10, 0, 0);
-        let texts = [
-            "I moved to Paris last week, the flat is tiny but I love it.",
-            "Paris is lovely in May, we walked along the river.",
-            "My sister visited me on Sunday and we cooked pasta.",
-            "I started a new job at a bakery in May.",
-            "The bakery opens at six so I get up at five.",
-            "We went to the Louvre and saw the Mona Lisa.",
-        ];
         let turns = texts
             .iter()
             .enumerate()
@@ -354,11 +343,27 @@ mod tests {
                 role: Role::User,
                 text: (*t).into(),
                 caption: None,
-                timestamp: at(10 + i as u32),
+                timestamp: at(i),
                 has_answer: false,
             })
             .collect();
-        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at(10), turns }] };
+        Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date, turns }] }
+    }
+
+    /// See: issue 18. The adaptive stop cuts the fused list by score; the units kept must be the
+    /// best-scored hits, best first, not the first hits of the concatenated route lists.
+    #[test]
+    fn the_adaptive_stop_keeps_the_best_scored_hits_in_score_order() {
+        let at = |d: u32| chrono::NaiveDate::from_ymd_opt(2023, 5, d).unwrap().and_hms_opt(10, 0, 0);
+        let texts = [
+            "I moved to Paris last week, the flat is tiny but I love it.",
+            "Paris is lovely in May, we walked along the river.",
+            "My sister visited me on Sunday and we cooked pasta.",
+            "I started a new job at a bakery in May.",
+            "The bakery opens at six so I get up at five.",
+            "We went to the Louvre and saw the Mona Lisa.",
+        ];
+        let dialogue = ann_says(&texts, at(10), |i| at(10 + i as u32));
         let system: SystemSpec = toml::from_str("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nadaptive_stop = true").unwrap();
         let prepared = prepare(&system, &dialogue, None, plain_tools(&TokenCounter::o200k().unwrap())).unwrap();
         let question = "When did Ann move to Paris and start at the bakery?";
@@ -428,23 +433,9 @@ mod tests {
     #[test]
     fn an_updating_system_indexes_the_consolidated_records() {
         use memkit_engine::dense::HashingEmbedder;
-        use memkit_schema::{Role, Session, Turn};
         let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
         let texts = ["I love hiking in the Alps.", "My sister is visiting next week.", "I love hiking in the Alps."];
-        let turns = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Turn {
-                id: format!("D1:{}", i + 1),
-                speaker: "Ann".into(),
-                role: Role::User,
-                text: (*t).into(),
-                caption: None,
-                timestamp: at,
-                has_answer: false,
-            })
-            .collect();
-        let dialogue = Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date: at, turns }] };
+        let dialogue = ann_says(&texts, at, |_| at);
         let spec = |update: &str| -> SystemSpec {
             toml::from_str(&format!("kind = \"engine\"\nname = \"x\"\nrecords = \"rule\"\nupdate = \"{update}\"")).unwrap()
         };
