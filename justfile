@@ -49,9 +49,11 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # observations and the local teacher (decomposed; `mode=window` for whole windows) extract the
 # gold dialogues into data/extracted/gold/, then `memkit compare` writes reports/gold/. The
 # teacher's replies are cached, so a re-run after a change of grounding or validation costs only
-# new requests. About 45 minutes of teacher time on 2 idle cores the first time.
-[doc('Score the rule extractor, observations and the teacher on the gold set -> reports/gold/')]
-gold mode="decomposed" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+# new requests. About 45 minutes of teacher time on 2 idle cores the first time. A student GGUF
+# joins the table with `just gold decomposed <student.gguf>` (windows of 5 messages, 1 of
+# context, as the distilled data it learnt from; a few minutes).
+[doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
+gold mode="decomposed" student="" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
     set -euo pipefail
     out=data/extracted/gold
@@ -66,6 +68,11 @@ gold mode="decomposed" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/
     {{memkit}} --quiet extract $locomo --extractor observations --restart -o $out/observations-conv30.jsonl
     {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-{{mode}}-conv30.jsonl
     {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-{{mode}}-lme.jsonl
+    if [ -n "{{student}}" ]; then
+        student="--model {{student}} --batch 4 --max-memories 12 --max-tokens 1536"
+        {{memkit}} extract $locomo --window 5 --overlap 1 --max-message-chars 1000 $student --restart -o $out/student-conv30.jsonl
+        {{memkit}} extract $lme $student --restart -o $out/student-lme.jsonl
+    fi
     cat $out/rule-conv30.jsonl $out/rule-lme.jsonl > $out/rule.jsonl
     records="--records rule=$out/rule.jsonl --records observations=$out/observations-conv30.jsonl"
     for m in window decomposed; do
@@ -74,10 +81,15 @@ gold mode="decomposed" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/
             records="$records --records teacher-$m=$out/teacher-$m.jsonl"
         fi
     done
+    if [ -n "{{student}}" ]; then
+        cat $out/student-conv30.jsonl $out/student-lme.jsonl > $out/student.jsonl
+        records="$records --records student=$out/student.jsonl"
+    fi
     {{memkit}} compare --gold data/gold/locomo-conv-30.jsonl --gold data/gold/lme-s.jsonl $records --report reports/gold
 
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-decomposed with the
-# short student prompt, scored by generation every 25 steps, the best export kept in best/).
+# short student prompt, 3 epochs scored by generation at the end of each, the best export kept
+# in best/).
 # Continue a stopped run with `just train <recipe> --resume`, or train in slices with
 # `--stop-after N`.
 [doc('Fine-tune the compact extractor, scored by generation; resumable (--resume, --stop-after N)')]

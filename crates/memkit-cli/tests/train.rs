@@ -38,6 +38,26 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
     }
     let svg = std::fs::read_to_string(out.path().join("learning_curve.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("record F1 against the teacher"), "{}", &svg[..200.min(svg.len())]);
+
+    // The kept export publishes as it is: the run's recipe, metrics and curve come from the run
+    // folder, and the card gives the score that chose it.
+    let bundle = out.path().join("bundle");
+    let output = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .current_dir(&root)
+        .arg("publish")
+        .arg(out.path().join("best"))
+        .arg("--out")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    for file in ["recipe.toml", "metrics.jsonl", "learning_curve.svg", "score.json", "Modelfile", "bundle-q8_0.gguf"] {
+        assert!(bundle.join(file).is_file(), "bundle/{file}");
+    }
+    let card = std::fs::read_to_string(bundle.join("README.md")).unwrap();
+    assert!(card.contains("Agreement with the teacher when this export was chosen"), "{card}");
+    assert!(card.contains(&format!("| {} | 2 | 1.000 |", best["step"])), "{card}");
+    assert!(card.contains("Data: `crates/memkit-train/tests/fixtures/tiny`"), "the recipe is read from the run folder: {card}");
 }
 
 /// Training raises agreement, not only the likelihood: a random 2-layer model trained on 24

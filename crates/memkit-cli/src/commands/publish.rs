@@ -10,7 +10,26 @@ use memkit_infer::convert::{self, ConvertOptions, OutType};
 /// Files of the HF layout a bundle must have.
 const REQUIRED: [&str; 4] = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"];
 /// Files copied when present.
-const OPTIONAL: [&str; 5] = ["generation_config.json", "recipe.toml", "metrics.jsonl", "train.log", memkit_prompt::TRAINED_PROMPT_FILE];
+const OPTIONAL: [&str; 7] = [
+    "generation_config.json",
+    "recipe.toml",
+    "metrics.jsonl",
+    "train.log",
+    "learning_curve.svg",
+    "score.json",
+    memkit_prompt::TRAINED_PROMPT_FILE,
+];
+
+/// A file of the checkpoint: in the folder itself, or, for the `best/` export of a scored run,
+/// in its run folder (the recipe, the metrics, the log and the learning curve live there).
+fn checkpoint_file(src: &Path, file: &str) -> Option<PathBuf> {
+    let here = src.join(file);
+    if here.is_file() {
+        return Some(here);
+    }
+    let run = src.parent().filter(|_| src.file_name().is_some_and(|n| n == "best"))?;
+    Some(run.join(file)).filter(|p| p.is_file())
+}
 
 /// Bundle a trained checkpoint for publishing: HF layout + GGUF + Ollama Modelfile + model card.
 ///
@@ -82,8 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut files = Vec::new();
     for file in REQUIRED.iter().chain(OPTIONAL.iter()) {
-        let from = src.join(file);
-        if from.is_file() {
+        if let Some(from) = checkpoint_file(src, file) {
             std::fs::copy(&from, args.out.join(file)).with_context(|| format!("cannot copy {}", from.display()))?;
             files.push((*file).to_owned());
         }
@@ -153,7 +171,7 @@ fn model_card(
     compares: &[serde_json::Value],
     trained_prompt: Option<&str>,
 ) -> anyhow::Result<String> {
-    let recipe_text = std::fs::read_to_string(src.join("recipe.toml")).unwrap_or_default();
+    let recipe_text = checkpoint_file(src, "recipe.toml").and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
     let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
     let base =
         recipe.get("model").and_then(|m| m.get("name").or_else(|| m.get("path"))).and_then(|v| v.as_str()).unwrap_or("unknown").to_owned();
@@ -188,8 +206,38 @@ fn model_card(
         let _ = writeln!(md, "  (its statistics: `{}`)", stats.display());
     }
     let _ = writeln!(md, "- Recipe: `recipe.toml` (in this folder); per-step metrics: `metrics.jsonl`\n");
-    if let Some(eval) = last_eval(&src.join("metrics.jsonl")) {
-        let _ = writeln!(md, "Validation after training: loss {:.4}, assistant-token accuracy {:.4}.\n", eval.0, eval.1);
+    if let Some(eval) = checkpoint_file(src, "metrics.jsonl").and_then(|p| last_eval(&p)) {
+        let _ = writeln!(md, "Validation at the end of the run: loss {:.4}, assistant-token accuracy {:.4}.\n", eval.0, eval.1);
+    }
+    if let Some(score) = checkpoint_file(src, "score.json").and_then(|p| read_json(&p).ok()) {
+        let m = &score["metrics"];
+        let f = |k: &str| m[k].as_f64().map_or("–".into(), |v| format!("{v:.3}"));
+        let _ = writeln!(
+            md,
+            "## Agreement with the teacher when this export was chosen
+"
+        );
+        let _ = writeln!(
+            md,
+            "The run scored every evaluated export by generation (llama.cpp, schema-constrained) on held-out windows and kept \
+             the best by record F1 against the teacher's records (`score.json`; the curve is `learning_curve.svg`).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| step | windows | JSON validity | precision | recall | F1 | records / window | teacher's |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            score["step"],
+            m["windows"],
+            f("json_validity"),
+            f("precision"),
+            f("recall"),
+            f("f1"),
+            f("records_per_window"),
+            f("teacher_records_per_window")
+        );
     }
     if !compares.is_empty() {
         let _ = writeln!(md, "## Agreement with the teacher (held-out windows)\n");
