@@ -8,6 +8,7 @@ use memkit_eval::agreement::{Agreement, WindowPair, agreement};
 use memkit_infer::extract::LocalExtractor;
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::parse_extractor_output;
+use memkit_teacher::validate::Validated;
 use serde::Deserialize;
 
 use crate::progress::Bars;
@@ -86,31 +87,45 @@ pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> 
 }
 
 /// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time,
-/// with the extractor's replies in row order.
+/// with the extractor's replies in row order and the number of its records dropped as near
+/// duplicates of an earlier one in the same reply. Extraction drops those before a record is
+/// kept (`memkit_teacher::validate`, as the teacher's labels were), so they are dropped here too:
+/// a small model that loops is scored on what the extraction keeps.
 pub fn agreement_on(
     extractor: &LocalExtractor,
     rows: &[Row],
     batch: usize,
     bar: &indicatif::ProgressBar,
-) -> anyhow::Result<(Agreement, Vec<String>)> {
+) -> anyhow::Result<(Agreement, Vec<String>, usize)> {
     let mut outputs = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
         outputs.extend(extractor.complete(&chats)?.into_iter().map(|g| g.text));
         bar.inc(chunk.len() as u64);
     }
+    let (agreement, duplicates) = score_replies(rows, &outputs);
+    Ok((agreement, outputs, duplicates))
+}
+
+/// The agreement of replies (one per row, in row order) with the rows' teacher replies, and the
+/// records dropped as near duplicates ([`agreement_on`]).
+fn score_replies(rows: &[Row], outputs: &[String]) -> (Agreement, usize) {
     let teacher: Vec<_> = rows.iter().map(|r| parse_extractor_output(&r.messages[2].content).records).collect();
+    let mut duplicates = 0;
     let student: Vec<_> = outputs
         .iter()
         .map(|raw| {
             let parsed = parse_extractor_output(raw);
             let whole_failure = parsed.errors.iter().any(|e| e.index.is_none());
-            (!whole_failure).then_some(parsed.records)
+            let mut kept = Validated { records: parsed.records, ..Validated::default() };
+            kept.drop_duplicates();
+            duplicates += kept.dropped.len();
+            (!whole_failure).then_some(kept.records)
         })
         .collect();
     let pairs: Vec<WindowPair<'_>> =
         teacher.iter().zip(&student).map(|(t, s)| WindowPair { reference: t, candidate: s.as_deref() }).collect();
-    Ok((agreement(&pairs), outputs))
+    (agreement(&pairs), duplicates)
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -122,11 +137,12 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let gguf = super::model_gguf(model)?;
     let extractor = args.generation.local_extractor(&gguf)?;
     let bar = bars.bar(rows.len() as u64, "compare");
-    let (result, _) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+    let (result, _, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
     bar.finish_and_clear();
     print(&result, model, data);
+    println!("near-duplicate records dropped before matching (as extraction does): {duplicates}");
     if let Some(out) = &args.out {
-        let json = serde_json::json!({"model": model, "data": data, "agreement": result});
+        let json = serde_json::json!({"model": model, "data": data, "agreement": result, "duplicates_dropped": duplicates});
         std::fs::write(out, serde_json::to_string_pretty(&json)?).with_context(|| format!("cannot write {}", out.display()))?;
     }
     Ok(())
@@ -246,5 +262,47 @@ fn print(a: &Agreement, model: &str, data: &Path) {
     println!("content similarity {:.3} (token F1 of matched records)", a.content_similarity);
     for (field, v) in &a.fields {
         println!("  {field:<9} {:.3}", v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(teacher: &str) -> Row {
+        let message = |role, content: &str| ChatMessage { role, content: content.to_owned() };
+        Row {
+            window_id: "w".into(),
+            messages: vec![message(ChatRole::System, "s"), message(ChatRole::User, "u"), message(ChatRole::Assistant, teacher)],
+        }
+    }
+
+    fn records(contents: &[(u32, &str)]) -> String {
+        let memories: Vec<_> = contents
+            .iter()
+            .map(|(id, c)| {
+                serde_json::json!({"source_id": id, "source_speaker": "user", "content": c, "dimension": {"memory_type": "fact",
+                    "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+            })
+            .collect();
+        serde_json::json!({ "memories": memories }).to_string()
+    }
+
+    /// A reply that loops is scored on what extraction keeps: the two repeats of the first
+    /// record are dropped, leaving 2 records of which 1 matches one of the teacher's 2.
+    #[test]
+    fn repeated_records_are_dropped_before_matching() {
+        let teacher = records(&[(1, "The user adopted a dog named Max."), (2, "The user lives in Oslo.")]);
+        let reply = records(&[
+            (1, "The user adopted a dog named Max."),
+            (1, "The user adopted a dog named Max."),
+            (1, "The user adopted a dog, named Max."),
+            (2, "The user plays chess on Sundays."),
+        ]);
+        let (a, duplicates) = score_replies(&[row(&teacher)], &[reply]);
+        assert_eq!(duplicates, 2);
+        assert_eq!((a.reference_records, a.candidate_records, a.matched), (2, 2, 1));
+        // precision 1/2, recall 1/2, F1 1/2.
+        assert!((a.f1 - 0.5).abs() < 1e-12, "{a:?}");
     }
 }

@@ -183,10 +183,10 @@ struct AgreementScorer {
 impl memkit_train::Scorer for AgreementScorer {
     fn score(&self, dir: &Path, step: usize) -> Result<memkit_train::Score, String> {
         let started = std::time::Instant::now();
-        let agreement = (|| -> anyhow::Result<_> {
+        let (agreement, duplicates) = (|| -> anyhow::Result<_> {
             let gguf = super::model_gguf(&dir.to_string_lossy())?;
             let extractor = self.generation.local_extractor(&gguf)?;
-            let (agreement, replies) =
+            let (agreement, replies, duplicates) =
                 super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())?;
             // The replies stay with the export they score (best/replies.jsonl), to be read.
             let lines: String = self
@@ -197,7 +197,7 @@ impl memkit_train::Scorer for AgreementScorer {
                 .collect();
             let path = dir.join("replies.jsonl");
             std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
-            Ok(agreement)
+            Ok((agreement, duplicates))
         })()
         .map_err(|e| format!("{e:#}"))?;
         let metrics = serde_json::json!({
@@ -209,6 +209,7 @@ impl memkit_train::Scorer for AgreementScorer {
             "teacher_records_per_window": agreement.reference_records as f64 / agreement.windows.max(1) as f64,
             "windows": agreement.windows,
             "fields": agreement.fields,
+            "duplicates_dropped": duplicates,
             "seconds": started.elapsed().as_secs_f64(),
         });
         Ok(memkit_train::Score { step, value: agreement.f1, metrics })
