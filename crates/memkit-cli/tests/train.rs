@@ -58,6 +58,7 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
     assert!(card.contains("Agreement with the teacher when this export was chosen"), "{card}");
     assert!(card.contains(&format!("| {} | 2 | 1.000 |", best["step"])), "{card}");
     assert!(card.contains("Data: `crates/memkit-train/tests/fixtures/tiny`"), "the recipe is read from the run folder: {card}");
+    assert!(card.contains(&format!("Validation at step {}:", best["step"])), "the kept export's own evaluation: {card}");
 }
 
 /// Training raises agreement, not only the likelihood: a random 2-layer model trained on 24

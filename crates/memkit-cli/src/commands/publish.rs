@@ -206,10 +206,13 @@ fn model_card(
         let _ = writeln!(md, "  (its statistics: `{}`)", stats.display());
     }
     let _ = writeln!(md, "- Recipe: `recipe.toml` (in this folder); per-step metrics: `metrics.jsonl`\n");
-    if let Some(eval) = checkpoint_file(src, "metrics.jsonl").and_then(|p| last_eval(&p)) {
-        let _ = writeln!(md, "Validation at the end of the run: loss {:.4}, assistant-token accuracy {:.4}.\n", eval.0, eval.1);
+    let score = checkpoint_file(src, "score.json").and_then(|p| read_json(&p).ok());
+    // A scored export is validated at its own step; a finished run's export, at the last one.
+    let step = score.as_ref().and_then(|s| s["step"].as_u64());
+    if let Some((at, loss, accuracy)) = checkpoint_file(src, "metrics.jsonl").and_then(|p| eval_at(&p, step)) {
+        let _ = writeln!(md, "Validation at step {at}: loss {loss:.4}, assistant-token accuracy {accuracy:.4}.\n");
     }
-    if let Some(score) = checkpoint_file(src, "score.json").and_then(|p| read_json(&p).ok()) {
+    if let Some(score) = score {
         let m = &score["metrics"];
         let f = |k: &str| m[k].as_f64().map_or("–".into(), |v| format!("{v:.3}"));
         let _ = writeln!(
@@ -298,12 +301,12 @@ fn model_card(
     Ok(md)
 }
 
-/// Loss and accuracy of the last eval line of metrics.jsonl.
-fn last_eval(path: &Path) -> Option<(f64, f64)> {
+/// Step, loss and accuracy of the eval line of metrics.jsonl at `step`, or of the last one.
+fn eval_at(path: &Path, step: Option<u64>) -> Option<(u64, f64, f64)> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["type"] == "eval")
-        .and_then(|v| Some((v["loss"].as_f64()?, v["accuracy"].as_f64()?)))
+        .find(|v| v["type"] == "eval" && step.is_none_or(|s| v["step"].as_u64() == Some(s)))
+        .and_then(|v| Some((v["step"].as_u64()?, v["loss"].as_f64()?, v["accuracy"].as_f64()?)))
 }
