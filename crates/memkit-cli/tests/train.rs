@@ -2,20 +2,28 @@
 //! converted to GGUF and asked for held-out windows with llama.cpp at every evaluation; the
 //! scores are logged, the best export is kept, and the learning curve is drawn.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root: recipes name their data relative to it.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `memkit <args> --out <out>` from the repository root, which must succeed.
+fn memkit(args: &[&str], out: &Path) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_memkit")).current_dir(root()).args(args).arg("--out").arg(out).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
 
 #[test]
 fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_memkit"))
-        .current_dir(&root)
-        .args(["--no-progress", "train", "--recipe", "recipes/train/smoke.toml", "--score-windows", "2", "--score-threads", "1"])
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = memkit(
+        &["--no-progress", "train", "--recipe", "recipes/train/smoke.toml", "--score-windows", "2", "--score-threads", "1"],
+        out.path(),
+    );
     assert!(String::from_utf8_lossy(&output.stdout).contains("best: record F1"));
 
     let metrics = std::fs::read_to_string(out.path().join("metrics.jsonl")).unwrap();
@@ -42,15 +50,7 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
     // The kept export publishes as it is: the run's recipe, metrics and curve come from the run
     // folder, and the card gives the score that chose it.
     let bundle = out.path().join("bundle");
-    let output = Command::new(env!("CARGO_BIN_EXE_memkit"))
-        .current_dir(&root)
-        .arg("publish")
-        .arg(out.path().join("best"))
-        .arg("--out")
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    memkit(&["publish", out.path().join("best").to_str().unwrap()], &bundle);
     for file in ["recipe.toml", "metrics.jsonl", "learning_curve.svg", "score.json", "Modelfile", "bundle-q8_0.gguf"] {
         assert!(bundle.join(file).is_file(), "bundle/{file}");
     }
@@ -66,16 +66,8 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
 /// where at step 0 it matches none; its held-out loss falls with it.
 #[test]
 fn a_tiny_model_learns_to_agree_with_held_out_labels() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_memkit"))
-        .current_dir(&root)
-        .args(["--no-progress", "train", "--recipe", "recipes/train/smoke-records.toml", "--score-threads", "1"])
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    memkit(&["--no-progress", "train", "--recipe", "recipes/train/smoke-records.toml", "--score-threads", "1"], out.path());
     let metrics = std::fs::read_to_string(out.path().join("metrics.jsonl")).unwrap();
     let rows: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let of = |kind: &str, key: &str| -> Vec<f64> {
