@@ -216,7 +216,13 @@ fn burn_worker(backend: Backend, cfg: &Config, args: &Args, seed: u64) {
 fn run_round(mut command: Command, who: &str) -> Result<(Round, serde_json::Value), String> {
     let out = command.output().map_err(|e| format!("cannot run {who}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{who} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr)));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // SIGKILL with no message of its own is the kernel's out-of-memory killer.
+        let cause = match std::os::unix::process::ExitStatusExt::signal(&out.status) {
+            Some(9) => " (SIGKILL: the kernel's out-of-memory killer, unless killed by hand)",
+            _ => "",
+        };
+        return Err(format!("{who} {}{cause}\n{stderr}", out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
@@ -280,19 +286,32 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
     let (batch, seq) = shape;
     println!("\n## batch {batch} × {seq} tokens");
     let mut burn: Vec<Vec<Round>> = args.backends.iter().map(|_| Vec::new()).collect();
+    // A burn round that fails (a shape that does not fit in memory gets the worker killed) is
+    // recorded as that backend's result for the shape; the other engines still run.
+    let mut failed: Vec<Option<String>> = args.backends.iter().map(|_| None).collect();
     let (mut torch, mut engine) = (Vec::new(), None);
     for round in 0..args.rounds {
         for (i, backend) in args.backends.iter().enumerate() {
-            let r = burn_round(*backend, shape, config, args, round as u64).unwrap_or_else(|e| fail(e));
-            println!(
-                "round {}: burn {:<8} {:8.1} tokens/s, peak RSS {:7.0} MiB (first-step loss {:.6})",
-                round + 1,
-                backend.name(),
-                r.tokens_per_s,
-                r.peak_rss_mib,
-                r.loss
-            );
-            burn[i].push(r);
+            if failed[i].is_some() {
+                continue;
+            }
+            match burn_round(*backend, shape, config, args, round as u64) {
+                Ok(r) => {
+                    println!(
+                        "round {}: burn {:<8} {:8.1} tokens/s, peak RSS {:7.0} MiB (first-step loss {:.6})",
+                        round + 1,
+                        backend.name(),
+                        r.tokens_per_s,
+                        r.peak_rss_mib,
+                        r.loss
+                    );
+                    burn[i].push(r);
+                }
+                Err(e) => {
+                    println!("round {}: burn {:<8} failed: {e}", round + 1, backend.name());
+                    failed[i] = Some(e);
+                }
+            }
         }
         match &args.python {
             Some(python) => {
@@ -316,8 +335,19 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
         })
     };
     let t = (!torch.is_empty()).then(|| median(torch.iter().map(|r| r.tokens_per_s).collect()));
-    let mut engines: Vec<serde_json::Value> =
-        args.backends.iter().zip(&burn).map(|(b, rounds)| summary(format!("burn 0.22.1 {}", b.name()), rounds, t)).collect();
+    let mut engines: Vec<serde_json::Value> = args
+        .backends
+        .iter()
+        .zip(&burn)
+        .zip(&failed)
+        .map(|((b, rounds), error)| {
+            let name = format!("burn 0.22.1 {}", b.name());
+            match error {
+                Some(error) if rounds.is_empty() => json!({ "engine": name, "error": error }),
+                _ => summary(name, rounds, t),
+            }
+        })
+        .collect();
     if let Some(e) = engine {
         engines.push(summary(e, &torch, t));
     }
@@ -325,6 +355,10 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
         "\n| engine | tokens/s (median) | ratio to PyTorch | peak RSS MiB | forward / backward / optimizer s (last round) |\n|---|---:|---:|---:|---|"
     );
     for e in &engines {
+        if let Some(error) = e["error"].as_str() {
+            println!("| {} | failed: {} | | | |", e["engine"].as_str().unwrap_or("?"), error.lines().next().unwrap_or_default());
+            continue;
+        }
         let ratio = e["ratio_to_pytorch"].as_f64().map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}×"));
         let number = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
         let last = e["step_s"].as_array().and_then(|r| r.last()).cloned().unwrap_or_default();

@@ -20,7 +20,8 @@ use std::path::Path;
 use burn::module::{Module, Param, ParamId};
 use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::activation::{silu, softmax};
-use burn::tensor::module::{embedding, linear};
+use burn::tensor::module::{attention, embedding, linear};
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
@@ -435,8 +436,8 @@ impl Attention {
     }
 
     /// # Shapes
-    /// - x `[batch, seq_len, hidden]`, mask `[1, 1, seq_len, seq_len]` (0 or -inf)
-    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, mask: Tensor<4>) -> Tensor<3> {
+    /// - x `[batch, seq_len, hidden]`
+    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, kernel: &AttentionKernel) -> Tensor<3> {
         let [batch, seq_len, _] = x.dims();
         let (heads, kv_heads, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let q = self.q_proj.forward(x.clone()).reshape([batch, seq_len, heads, hd]);
@@ -446,15 +447,57 @@ impl Attention {
             (Some(q_norm), Some(k_norm)) => (q_norm.forward(q), k_norm.forward(k)),
             _ => (q, k),
         };
-        // The 1/√hd scale goes on the queries ([.., seq_len, hd]) rather than on the scores
-        // ([.., seq_len, seq_len]): the same product, with one op over seq_len/hd times fewer
-        // elements, forward and backward.
-        let q = rope.apply(q.swap_dims(1, 2)).mul_scalar(1.0 / (hd as f64).sqrt()); // [batch, heads, seq_len, hd]
+        let q = rope.apply(q.swap_dims(1, 2)); // [batch, heads, seq_len, hd]
         let k = repeat_kv(rope.apply(k.swap_dims(1, 2)), heads / kv_heads);
         let v = repeat_kv(v.swap_dims(1, 2), heads / kv_heads);
-        let scores = q.matmul(k.swap_dims(2, 3)) + mask; // [batch, heads, seq_len, seq_len]
-        let out = softmax(scores, 3).matmul(v); // [batch, heads, seq_len, hd]
+        let out = kernel.attend(q, k, v); // [batch, heads, seq_len, hd]
         self.o_proj.forward(out.swap_dims(1, 2).reshape([batch, seq_len, heads * hd]))
+    }
+}
+
+/// How a layer computes causal `softmax(QKᵀ/√d)·V`.
+#[derive(Clone, Debug)]
+enum AttentionKernel {
+    /// burn's fused attention op with causal masking: tiled flash attention with an online
+    /// softmax on flex (no `[seq, seq]` scores in memory), torch's SDPA on LibTorch.
+    Fused,
+    /// Scores, an additive causal mask (`[1, 1, seq, seq]`, 0 or -inf, one for all layers),
+    /// softmax and `·V` as separate ops. Used under autodiff: burn-autodiff 0.22 has no fused
+    /// backward (its `attention` is `attention_fallback`, this same sequence of ops, each kept for
+    /// backward), and the fallback adds a score-sized scale and a fresh causal mask per layer,
+    /// where this path scales the queries and shares the mask.
+    Materialised(Tensor<4>),
+}
+
+impl AttentionKernel {
+    /// The fused op where the backend has one, the materialised ops under autodiff.
+    fn for_device(device: &Device, seq_len: usize) -> Self {
+        if device.is_autodiff() { Self::materialised(device, seq_len) } else { AttentionKernel::Fused }
+    }
+
+    /// The materialised ops with their causal mask for `seq_len` positions.
+    fn materialised(device: &Device, seq_len: usize) -> Self {
+        let causal = Tensor::<2, Bool>::tril_mask([seq_len, seq_len], 0, device);
+        AttentionKernel::Materialised(Tensor::<2>::zeros([seq_len, seq_len], device).mask_fill(causal, f32::NEG_INFINITY).unsqueeze::<4>())
+    }
+
+    /// # Shapes
+    /// - q, k, v `[batch, heads, seq_len, hd]` → `[batch, heads, seq_len, hd]`
+    fn attend(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+        let scale = 1.0 / (q.dims()[3] as f64).sqrt();
+        match self {
+            AttentionKernel::Fused => {
+                let options = AttentionModuleOptions { scale: Some(scale), softcap: None, is_causal: true };
+                attention(q, k, v, None, None, options)
+            }
+            AttentionKernel::Materialised(mask) => {
+                // The scale goes on the queries ([.., seq_len, hd]) rather than on the scores
+                // ([.., seq_len, seq_len]): the same product, with one op over seq_len/hd times
+                // fewer elements, forward and backward.
+                let scores = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)) + mask.clone(); // [batch, heads, seq_len, seq_len]
+                softmax(scores, 3).matmul(v)
+            }
+        }
     }
 }
 
@@ -485,8 +528,8 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, mask: Tensor<4>) -> Tensor<3> {
-        let h = x.clone() + self.self_attn.forward(self.input_layernorm.forward(x), rope, mask);
+    fn forward(&self, x: Tensor<3>, rope: &RotaryEmbedding, kernel: &AttentionKernel) -> Tensor<3> {
+        let h = x.clone() + self.self_attn.forward(self.input_layernorm.forward(x), rope, kernel);
         h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))
     }
 }
@@ -561,11 +604,10 @@ impl Model {
         let device = input_ids.device();
         let seq_len = input_ids.dims()[1];
         let rope = RotaryEmbedding::new(&self.config, seq_len, &device);
-        let causal = Tensor::<2, Bool>::tril_mask([seq_len, seq_len], 0, &device);
-        let mask = Tensor::<2>::zeros([seq_len, seq_len], &device).mask_fill(causal, f32::NEG_INFINITY).unsqueeze::<4>();
+        let kernel = AttentionKernel::for_device(&device, seq_len);
         let mut h = embedding(self.embed_tokens.val(), input_ids); // [batch, seq_len, hidden]
         for layer in &self.layers {
-            h = layer.forward(h, &rope, mask.clone());
+            h = layer.forward(h, &rope, &kernel);
         }
         self.norm.forward(h)
     }
@@ -663,4 +705,78 @@ pub fn random_weights(cfg: &Config, seed: u64) -> Weights {
         weights.insert(name, HostTensor { shape, data });
     }
     weights
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    /// Standard-normal values (so the softmax is peaked, not near-uniform), seeded.
+    fn normal(shape: [usize; 4], seed: u64, device: &Device) -> Tensor<4> {
+        let mut rng = SplitMix64::new(seed);
+        let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.next_normal()).collect();
+        Tensor::from_data(TensorData::new(data, shape), device)
+    }
+
+    fn max_abs_diff(a: Tensor<4>, b: Tensor<4>) -> f32 {
+        (a - b).abs().max().into_scalar::<f32>()
+    }
+
+    #[test]
+    fn fused_and_materialised_attention_agree_in_forward_and_gradients() {
+        // 37 positions: not a multiple of any tile, so flex's flash kernel runs a ragged last tile.
+        let shape = [2, 4, 37, 16];
+        let device = crate::cpu_device();
+        assert!(matches!(AttentionKernel::for_device(&device, 37), AttentionKernel::Fused));
+        let [q, k, v] = [1, 2, 3].map(|seed| normal(shape, seed, &device));
+
+        // Forward on flex: tiled flash attention against scores, mask, softmax, ·V.
+        let fused = AttentionKernel::Fused.attend(q.clone(), k.clone(), v.clone());
+        let materialised = AttentionKernel::materialised(&device, 37).attend(q.clone(), k.clone(), v.clone());
+        let diff = max_abs_diff(fused.clone(), materialised);
+        assert!(diff < 1e-4, "forward differs by {diff}");
+        // Causal: the first position reads only itself, so it returns its own value row.
+        let first = |t: Tensor<4>| t.slice([0..2, 0..4, 0..1, 0..16]);
+        assert!(max_abs_diff(first(fused), first(v.clone())) < 1e-6);
+
+        // Gradients under autodiff of a loss that weighs every output differently.
+        let grads_of = |kernel: &AttentionKernel| {
+            let ad = device.clone().autodiff();
+            let [q, k, v] = [&q, &k, &v].map(|t| Tensor::from_data(t.to_data(), &ad).require_grad());
+            let weight = normal(shape, 4, &ad);
+            let grads = (kernel.attend(q.clone(), k.clone(), v.clone()) * weight).sum().backward();
+            [q, k, v].map(|t| t.grad(&grads).expect("a gradient"))
+        };
+        let ad = device.clone().autodiff();
+        assert!(matches!(AttentionKernel::for_device(&ad, 37), AttentionKernel::Materialised(_)));
+        let fused = grads_of(&AttentionKernel::Fused);
+        let materialised = grads_of(&AttentionKernel::materialised(&ad, 37));
+        for (name, (a, b)) in ["q", "k", "v"].into_iter().zip(fused.into_iter().zip(materialised)) {
+            let diff = max_abs_diff(a.clone(), b);
+            assert!(diff < 1e-4, "d{name} differs by {diff}");
+            assert!(a.abs().max().into_scalar::<f32>() > 1e-2, "d{name} is not trivially zero");
+        }
+    }
+
+    #[test]
+    fn a_model_gives_the_same_hidden_states_with_the_fused_and_the_materialised_kernel() {
+        let config = serde_json::json!({
+            "model_type": "qwen2", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true
+        });
+        let cfg = Config::from_json(&config, Path::new("tiny")).unwrap();
+        let weights = random_weights(&cfg, 11);
+        let ids: Vec<i64> = (0..2 * 21).map(|i| (i * 7 % 50) as i64).collect();
+        let hidden = |device: &Device| {
+            let model = Model::new(&cfg, &weights, Path::new("random"), BuildOptions { lora: None, seed: 11 }, device).unwrap();
+            let ids = Tensor::<2, Int>::from_data(TensorData::new(ids.clone(), [2, 21]), device);
+            Tensor::<3>::from_data(model.hidden(ids).to_data(), &crate::cpu_device())
+        };
+        let device = crate::cpu_device();
+        let (fused, materialised) = (hidden(&device), hidden(&device.clone().autodiff()));
+        let diff = (fused - materialised).abs().max().into_scalar::<f32>();
+        assert!(diff < 1e-4, "hidden states differ by {diff}");
+    }
 }
