@@ -219,7 +219,7 @@ fn run_round(mut command: Command, who: &str) -> Result<(Round, serde_json::Valu
         let stderr = String::from_utf8_lossy(&out.stderr);
         // SIGKILL with no message of its own is the kernel's out-of-memory killer.
         let cause = match std::os::unix::process::ExitStatusExt::signal(&out.status) {
-            Some(9) => " (SIGKILL: the kernel's out-of-memory killer, unless killed by hand)",
+            Some(9) => ": out of memory (the kernel's OOM killer, unless killed by hand)",
             _ => "",
         };
         return Err(format!("{who} {}{cause}\n{stderr}", out.status));
