@@ -3,7 +3,7 @@
 //! recipe whose engine system has `query_parser = "llm"` parses every question once, one with
 //! `update = "llm"` consolidates its records, and a HingeMem system with `boundaries = "llm"`
 //! segments with the model. Each reports its fallbacks, and a second run takes every reply from
-//! the reply cache.
+//! the reply cache. A `[qa]` section at two budgets answers every question within each.
 
 use std::path::Path;
 use std::process::Command;
@@ -171,4 +171,53 @@ messages = 12
     let all = if pairs == 0 { "0.0" } else { "100.0" };
     assert!(report.contains(&format!("update consolidator {pairs} of {pairs} ({all}%)")), "{report}");
     assert!(report.contains("boundary segmenter 2 of 2 (100.0%)"), "{report}");
+}
+
+#[test]
+fn qa_at_several_budgets_answers_each_question_within_each_budget() {
+    let Some(gguf) = memkit_infer::models::installed_for_tests(memkit_infer::models::QWEN2_5_CODER_0_5B.name) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_on_conv26_session1(
+        dir.path(),
+        "qa-budgets",
+        &format!(
+            r#"
+[[systems]]
+kind = "bm25_turns"
+name = "turns"
+
+[qa]
+questions = 2
+budget = [60, 200]
+max_tokens = 16
+answer = {{ kind = "local", model = {gguf:?}, threads = 2 }}
+"#
+        ),
+    );
+    let (reports, cache) = (dir.path().join("reports"), dir.path().join("cache"));
+    let metrics = eval(&recipe, &reports, &cache);
+    let qa = &metrics["qa"];
+    assert_eq!(qa["budgets"], serde_json::json!([60, 200]), "{qa}");
+    // One row per budget, in the recipe's order, each over the same 2 questions.
+    let rows = qa["systems"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{qa}");
+    for (row, budget) in rows.iter().zip([60.0, 200.0]) {
+        assert_eq!((row["name"].as_str(), row["budget"].as_f64(), row["questions"].as_u64()), (Some("turns"), Some(budget), Some(2)));
+        assert!(row["mean_context_tokens"].as_f64().unwrap() <= budget, "{row}");
+    }
+    // The larger budget reads at least as much as the smaller one (the same ranking, cut later).
+    assert!(rows[1]["mean_context_tokens"].as_f64() >= rows[0]["mean_context_tokens"].as_f64(), "{qa}");
+    // Every answer says its budget and stays within it.
+    let answers = std::fs::read_to_string(reports.join("qa-budgets/qa.jsonl")).unwrap();
+    let answers: Vec<serde_json::Value> = answers.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 4);
+    assert!(answers.iter().all(|a| a["context_tokens"].as_u64() <= a["budget"].as_u64()), "{answers:?}");
+    let report = std::fs::read_to_string(reports.join("qa-budgets/report.md")).unwrap();
+    assert!(report.contains("at most 60 or 200 context tokens"), "{report}");
+
+    // Again: every reply from the cache.
+    let replies = cached_replies(&cache.join("qa"));
+    let again = eval(&recipe, &reports, &cache);
+    assert_eq!(cached_replies(&cache.join("qa")), replies);
+    assert_eq!(again["qa"], metrics["qa"]);
 }

@@ -48,6 +48,8 @@ pub struct QaItem {
     pub memories: Vec<AnswerMemory>,
     /// Their tokens.
     pub context_tokens: usize,
+    /// The budget they were taken within.
+    pub budget: usize,
 }
 
 /// One scored answer (a line of the report's `qa.jsonl`).
@@ -55,6 +57,8 @@ pub struct QaItem {
 pub struct QaResult {
     /// The system's report name.
     pub system: String,
+    /// The context budget the answer was given within.
+    pub budget: usize,
     /// The question id.
     pub question_id: String,
     /// The question.
@@ -142,6 +146,7 @@ pub fn answer_and_judge(
             };
             out.push(QaResult {
                 system: item.system.clone(),
+                budget: item.budget,
                 question_id: item.question_id.clone(),
                 question: item.question.clone(),
                 kind: item.kind.clone(),
@@ -243,6 +248,7 @@ mod tests {
             kind: "single-hop".into(),
             memories: vec![AnswerMemory { content: memory.into(), ..AnswerMemory::default() }],
             context_tokens: 10,
+            budget: 100,
         }
     }
 

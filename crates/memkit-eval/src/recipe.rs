@@ -146,6 +146,31 @@ pub enum QueryParserKind {
     Llm,
 }
 
+/// `[qa] budget`: one token budget or several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum QaBudget {
+    /// One budget (`budget = 1000`).
+    One(usize),
+    /// Several (`budget = [500, 1000]`), in the order given.
+    Several(Vec<usize>),
+}
+
+impl QaBudget {
+    /// The budgets, in the recipe's order.
+    pub fn list(&self) -> Vec<usize> {
+        match self {
+            QaBudget::One(b) => vec![*b],
+            QaBudget::Several(list) => list.clone(),
+        }
+    }
+
+    /// The largest budget (what a prompt must have room for).
+    pub fn max(&self) -> usize {
+        self.list().into_iter().max().unwrap_or(0)
+    }
+}
+
 /// `[qa]`: question answering over each system's retrieved units.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -158,9 +183,10 @@ pub struct QaSpec {
     #[serde(default = "default_qa_seed")]
     pub seed: u64,
     /// Context tokens the answer model reads (units in rank order until the first that does
-    /// not fit, as for evidence recall).
+    /// not fit, as for evidence recall): one budget, or a list (`[500, 1000]`) at each of which
+    /// every system answers, for systems compared at their tokens.
     #[serde(default = "default_qa_budget")]
-    pub budget: usize,
+    pub budget: QaBudget,
     /// Most tokens per answer.
     #[serde(default = "default_qa_max_tokens")]
     pub max_tokens: usize,
@@ -251,8 +277,8 @@ fn default_qa_questions() -> usize {
 fn default_qa_seed() -> u64 {
     7
 }
-fn default_qa_budget() -> usize {
-    1000
+fn default_qa_budget() -> QaBudget {
+    QaBudget::One(1000)
 }
 fn default_qa_max_tokens() -> usize {
     64
@@ -554,8 +580,14 @@ impl EvalRecipe {
             return Err("`budgets` must be a non-empty list of positive token counts".into());
         }
         if let Some(qa) = &self.qa {
-            if qa.questions == 0 || qa.budget == 0 || qa.max_tokens == 0 {
-                return Err("[qa]: questions, budget and max_tokens must be positive".into());
+            let budgets = qa.budget.list();
+            if qa.questions == 0 || qa.max_tokens == 0 || budgets.is_empty() || budgets.contains(&0) {
+                return Err(
+                    "[qa]: questions, budget and max_tokens must be positive (budget: a token count or a non-empty list of them)".into()
+                );
+            }
+            if let Some(b) = budgets.iter().enumerate().find_map(|(i, b)| budgets[..i].contains(b).then_some(b)) {
+                return Err(format!("[qa] budget lists {b} twice"));
             }
             if let Some(unknown) = qa.systems.iter().find(|n| !self.systems.iter().any(|s| s.name() == n.as_str())) {
                 return Err(format!("[qa] systems names {unknown:?}, which is not a system of this recipe"));

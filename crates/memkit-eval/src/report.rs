@@ -152,9 +152,9 @@ pub struct QaMetrics {
     pub questions: usize,
     /// The sample's seed.
     pub seed: u64,
-    /// Context tokens the answer model reads.
-    pub budget: usize,
-    /// Per system, in report order.
+    /// Context budgets the answer model reads within (each system answers at each).
+    pub budgets: Vec<usize>,
+    /// Per system and budget, in report order.
     pub systems: Vec<QaSystemMetrics>,
 }
 
@@ -163,6 +163,8 @@ pub struct QaMetrics {
 pub struct QaSystemMetrics {
     /// The system's report name.
     pub name: String,
+    /// The context budget of these answers.
+    pub budget: usize,
     /// Questions answered.
     pub questions: usize,
     /// Mean official F1.
@@ -403,17 +405,21 @@ impl Report {
             let _ = writeln!(
                 md,
                 "A seeded sample of {} questions (seed {}), the same for every system; the answer model reads at most {} context tokens of each system's ranking. Answer model `{}`, judge {judge}. Every answer is in [`{QA_JSONL}`]({QA_JSONL}).\n",
-                m.questions, m.seed, m.budget, m.answer_model
+                m.questions,
+                m.seed,
+                m.budgets.iter().map(usize::to_string).collect::<Vec<_>>().join(" or "),
+                m.answer_model
             );
             md.push_str(
-                "| system | questions | F1 | judge accuracy | unparsed verdicts | context tokens |\n|---|---:|---:|---:|---:|---:|\n",
+                "| system | budget | questions | F1 | judge accuracy | unparsed verdicts | context tokens |\n|---|---:|---:|---:|---:|---:|---:|\n",
             );
             for s in &m.systems {
                 let accuracy = s.judge_accuracy.map_or_else(|| "–".to_owned(), |a| format!("{a:.3}"));
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {:.3} | {accuracy} | {} | {:.1} |",
+                    "| {} | {} | {} | {:.3} | {accuracy} | {} | {:.1} |",
                     cell(&s.name),
+                    s.budget,
                     s.questions,
                     s.f1,
                     s.judge_unparsed,

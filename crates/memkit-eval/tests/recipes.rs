@@ -76,3 +76,23 @@ fn the_llm_update_and_its_model_come_together() {
         assert_eq!(parsed.uses_dense(), kind != UpdateKind::None, "{kind:?}");
     }
 }
+
+/// `[qa] budget` is one token count or a list of distinct positive ones.
+#[test]
+fn a_qa_budget_is_a_count_or_a_list_of_distinct_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |budget: &str| {
+        let path = dir.path().join("r.toml");
+        let text = format!(
+            "name = \"r\"\n[dataset]\nkind = \"locomo\"\npath = \"x.json\"\n[[systems]]\nkind = \"bm25_turns\"\nname = \"t\"\n[qa]\n{budget}\nanswer = {{ kind = \"local\", model = \"m\" }}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        EvalRecipe::from_file(&path).map(|r| r.qa.unwrap().budget.list()).map_err(|e| e.to_string())
+    };
+    assert_eq!(check(""), Ok(vec![1000]));
+    assert_eq!(check("budget = 500"), Ok(vec![500]));
+    assert_eq!(check("budget = [1000, 500]"), Ok(vec![1000, 500]));
+    assert!(check("budget = [500, 500]").unwrap_err().contains("500 twice"));
+    assert!(check("budget = []").unwrap_err().contains("budget"));
+    assert!(check("budget = 0").unwrap_err().contains("budget"));
+}

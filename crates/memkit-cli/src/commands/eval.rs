@@ -115,7 +115,7 @@ fn cache_note(cached: &Cached) -> String {
 /// The answer model and judge of `[qa]`, each behind the reply cache.
 fn qa_models(spec: &QaSpec, cached: &mut Cached) -> anyhow::Result<QaModels> {
     // Prompts are at most the budget plus the instructions; the judge's are short.
-    let n_ctx = (2048 + spec.chunk * (spec.budget + 1024 + spec.max_tokens)) as u32;
+    let n_ctx = (2048 + spec.chunk * (spec.budget.max() + 1024 + spec.max_tokens)) as u32;
     let max_tokens = spec.max_tokens.max(160);
     let answer = chat_model(&spec.answer, spec.chunk, n_ctx, max_tokens)?;
     cached.push(("answer model", Arc::clone(&answer)));

@@ -38,6 +38,7 @@ pub(super) fn qa_item(
 ) -> QaItem {
     let (memories, context_tokens) = memories_within(prepared, ranking, counter, budget);
     QaItem {
+        budget,
         system: system.name().to_owned(),
         question_id: q.id.clone(),
         question: q.question.clone(),
@@ -77,13 +78,16 @@ pub(super) fn answer_questions(
     let judge = if spec.judged { Some(models.judge.as_deref().unwrap_or(&*models.answer)) } else { None };
     let results = crate::qa::answer_and_judge(items, spec, &*models.answer, judge, &|n| reporter.advance(n as u64))?;
     reporter.finish();
+    let budgets = spec.budget.list();
     let per_system = systems
         .iter()
-        .filter(|s| results.iter().any(|r| r.system == s.name))
-        .map(|s| {
-            let q = crate::qa::summarize(results.iter().filter(|r| r.system == s.name));
+        .flat_map(|s| budgets.iter().map(move |&b| (s, b)))
+        .filter(|&(s, b)| results.iter().any(|r| r.system == s.name && r.budget == b))
+        .map(|(s, budget)| {
+            let q = crate::qa::summarize(results.iter().filter(|r| r.system == s.name && r.budget == budget));
             QaSystemMetrics {
                 name: s.name.clone(),
+                budget,
                 questions: q.questions,
                 f1: q.f1,
                 judge_accuracy: q.judge_accuracy,
@@ -99,7 +103,7 @@ pub(super) fn answer_questions(
             judge_model: judge.map(|j| j.id().to_owned()),
             questions,
             seed: spec.seed,
-            budget: spec.budget,
+            budgets,
             systems: per_system,
         },
         results,

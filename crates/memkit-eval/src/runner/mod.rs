@@ -309,7 +309,9 @@ fn run_cases(
                 tally.add_rankings(case.dialogue, &prepared, &ranking, q);
                 if with_qa && in_qa.contains(&q.id) {
                     let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                    qa_items.push(qa_item(system, q, *date, &prepared, &ranking, counter, qa.budget));
+                    for budget in qa.budget.list() {
+                        qa_items.push(qa_item(system, q, *date, &prepared, &ranking, counter, budget));
+                    }
                 }
                 reporter.advance(1);
             }
