@@ -158,16 +158,16 @@ pub enum QaBudget {
 
 impl QaBudget {
     /// The budgets, in the recipe's order.
-    pub fn list(&self) -> Vec<usize> {
+    pub fn as_slice(&self) -> &[usize] {
         match self {
-            QaBudget::One(b) => vec![*b],
-            QaBudget::Several(list) => list.clone(),
+            QaBudget::One(b) => std::slice::from_ref(b),
+            QaBudget::Several(list) => list,
         }
     }
 
     /// The largest budget (what a prompt must have room for).
     pub fn max(&self) -> usize {
-        self.list().into_iter().max().unwrap_or(0)
+        self.as_slice().iter().copied().max().unwrap_or(0)
     }
 }
 
@@ -580,7 +580,7 @@ impl EvalRecipe {
             return Err("`budgets` must be a non-empty list of positive token counts".into());
         }
         if let Some(qa) = &self.qa {
-            let budgets = qa.budget.list();
+            let budgets = qa.budget.as_slice();
             if qa.questions == 0 || qa.max_tokens == 0 || budgets.is_empty() || budgets.contains(&0) {
                 return Err(
                     "[qa]: questions, budget and max_tokens must be positive (budget: a token count or a non-empty list of them)".into()

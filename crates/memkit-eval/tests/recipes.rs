@@ -87,7 +87,7 @@ fn a_qa_budget_is_a_count_or_a_list_of_distinct_counts() {
             "name = \"r\"\n[dataset]\nkind = \"locomo\"\npath = \"x.json\"\n[[systems]]\nkind = \"bm25_turns\"\nname = \"t\"\n[qa]\n{budget}\nanswer = {{ kind = \"local\", model = \"m\" }}\n"
         );
         std::fs::write(&path, text).unwrap();
-        EvalRecipe::from_file(&path).map(|r| r.qa.unwrap().budget.list()).map_err(|e| e.to_string())
+        EvalRecipe::from_file(&path).map(|r| r.qa.unwrap().budget.as_slice().to_vec()).map_err(|e| e.to_string())
     };
     assert_eq!(check(""), Ok(vec![1000]));
     assert_eq!(check("budget = 500"), Ok(vec![500]));

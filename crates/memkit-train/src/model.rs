@@ -707,6 +707,18 @@ pub fn random_weights(cfg: &Config, seed: u64) -> Weights {
     weights
 }
 
+/// A 2-layer model of `model_type` over a 50-token vocabulary (4 query heads on 2 kv heads,
+/// MLP twice `hidden_size`), for tests.
+#[cfg(test)]
+pub(crate) fn tiny_config(model_type: &str, hidden_size: usize, rms_norm_eps: f64) -> Config {
+    let config = serde_json::json!({
+        "model_type": model_type, "vocab_size": 50, "hidden_size": hidden_size, "intermediate_size": 2 * hidden_size,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": rms_norm_eps, "tie_word_embeddings": true
+    });
+    Config::from_json(&config, Path::new("tiny")).expect("a valid tiny config")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -761,12 +773,7 @@ mod tests {
 
     #[test]
     fn a_model_gives_the_same_hidden_states_with_the_fused_and_the_materialised_kernel() {
-        let config = serde_json::json!({
-            "model_type": "qwen2", "vocab_size": 50, "hidden_size": 32, "intermediate_size": 64,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true
-        });
-        let cfg = Config::from_json(&config, Path::new("tiny")).unwrap();
+        let cfg = tiny_config("qwen2", 32, 1e-6);
         let weights = random_weights(&cfg, 11);
         let ids: Vec<i64> = (0..2 * 21).map(|i| (i * 7 % 50) as i64).collect();
         let hidden = |device: &Device| {

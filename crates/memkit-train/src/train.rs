@@ -627,16 +627,11 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, car
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{BuildOptions, Config, random_weights};
+    use crate::model::{BuildOptions, random_weights, tiny_config};
 
     #[test]
     fn the_loss_at_target_positions_equals_the_masked_loss_over_all_logits() {
-        let config = serde_json::json!({
-            "model_type": "llama", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 32,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "max_position_embeddings": 64, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": true
-        });
-        let cfg = Config::from_json(&config, Path::new("tiny")).unwrap();
+        let cfg = tiny_config("llama", 16, 1e-5);
         let device = crate::cpu_device();
         let model = Model::new(&cfg, &random_weights(&cfg, 7), Path::new("random"), BuildOptions { lora: None, seed: 7 }, &device).unwrap();
         let a = TokenizedExample { ids: vec![1, 5, 7, 9, 11, 3], target: vec![false, false, false, true, true, true] };

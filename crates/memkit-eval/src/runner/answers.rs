@@ -78,7 +78,7 @@ pub(super) fn answer_questions(
     let judge = if spec.judged { Some(models.judge.as_deref().unwrap_or(&*models.answer)) } else { None };
     let results = crate::qa::answer_and_judge(items, spec, &*models.answer, judge, &|n| reporter.advance(n as u64))?;
     reporter.finish();
-    let budgets = spec.budget.list();
+    let budgets = spec.budget.as_slice().to_vec();
     let per_system = systems
         .iter()
         .flat_map(|s| budgets.iter().map(move |&b| (s, b)))

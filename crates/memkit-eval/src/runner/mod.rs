@@ -309,7 +309,7 @@ fn run_cases(
                 tally.add_rankings(case.dialogue, &prepared, &ranking, q);
                 if with_qa && in_qa.contains(&q.id) {
                     let qa = recipe.qa.as_ref().expect("with_qa implies [qa]");
-                    for budget in qa.budget.list() {
+                    for &budget in qa.budget.as_slice() {
                         qa_items.push(qa_item(system, q, *date, &prepared, &ranking, counter, budget));
                     }
                 }
