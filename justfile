@@ -50,17 +50,19 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # gold dialogues into data/extracted/gold/, then `memkit compare` writes reports/gold/. The
 # teacher's replies are cached, so a re-run after a change of grounding or validation costs only
 # new requests. About 45 minutes of teacher time on 2 idle cores the first time. A student GGUF
-# joins the table with `just gold decomposed <student.gguf>` (windows of 5 messages, 1 of
-# context, as the distilled data it learnt from; a few minutes).
+# joins the table with `just gold decomposed <student.gguf> <window>`, asked as the distilled
+# data it learnt from: windows of 5 messages with 1 of context for a whole-window student, of 2
+# (one message and the one before it) for a student of `messages/`; a few minutes.
 [doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
-gold mode="decomposed" student="" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+gold mode="decomposed" student="" student_window="5" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
     set -euo pipefail
     out=data/extracted/gold
     mkdir -p $out
     locomo="--format locomo -i {{data}}/locomo/locomo10.json --dialogue conv-30 --sessions 3"
-    lme="--format longmemeval -i {{data}}/longmemeval/longmemeval_s_cleaned_subset200.json --window 5 --overlap 1 --max-message-chars 1000"
-    for s in $(cat data/gold/lme-s.sessions); do lme="$lme --haystack-session $s"; done
+    lme_dialogues="--format longmemeval -i {{data}}/longmemeval/longmemeval_s_cleaned_subset200.json --max-message-chars 1000"
+    for s in $(cat data/gold/lme-s.sessions); do lme_dialogues="$lme_dialogues --haystack-session $s"; done
+    lme="$lme_dialogues --window 5 --overlap 1"
     tokens=400; if [ {{mode}} = window ]; then tokens=1024; fi
     teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}}"
     {{memkit}} --quiet extract $locomo --extractor rule --restart -o $out/rule-conv30.jsonl
@@ -69,9 +71,11 @@ gold mode="decomposed" student="" data=env_var_or_default("MEMKIT_SHARED_DATA", 
     {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-{{mode}}-conv30.jsonl
     {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-{{mode}}-lme.jsonl
     if [ -n "{{student}}" ]; then
-        student="--model {{student}} --batch 4 --max-memories 12 --max-tokens 1536"
-        {{memkit}} extract $locomo --window 5 --overlap 1 --max-message-chars 1000 $student --restart -o $out/student-conv30.jsonl
-        {{memkit}} extract $lme $student --restart -o $out/student-lme.jsonl
+        # Up to 3 records per new message (the teacher's cap per request), 6 for a single one.
+        new=$(( {{student_window}} - 1 )); memories=$(( new > 2 ? 3 * new : 6 ))
+        student="--model {{student}} --batch 4 --max-memories $memories --max-tokens 1536 --window {{student_window}} --overlap 1"
+        {{memkit}} extract $locomo --max-message-chars 1000 $student --restart -o $out/student-conv30.jsonl
+        {{memkit}} extract $lme_dialogues $student --restart -o $out/student-lme.jsonl
     fi
     cat $out/rule-conv30.jsonl $out/rule-lme.jsonl > $out/rule.jsonl
     records="--records rule=$out/rule.jsonl --records observations=$out/observations-conv30.jsonl"

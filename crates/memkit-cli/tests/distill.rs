@@ -99,6 +99,38 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
         let row: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(row["messages"][0]["content"], system.as_str());
     }
+    // The same windows one new message at a time: the message before it as context (the
+    // default `labelling.context` is 2, capped by the window's start), its own records renumbered
+    // to it, and together exactly the window's records.
+    let messages_dir = out.join(memkit_teacher::dataset::MESSAGES_DIR);
+    assert_eq!(std::fs::read_to_string(messages_dir.join(memkit_prompt::TRAINED_PROMPT_FILE)).unwrap(), template);
+    let rows = |text: &str| -> Vec<serde_json::Value> { text.lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
+    let reply = |row: &serde_json::Value| -> Vec<serde_json::Value> {
+        let content = row["messages"][2]["content"].as_str().unwrap();
+        serde_json::from_str::<serde_json::Value>(content).unwrap()["memories"].as_array().unwrap().clone()
+    };
+    for (whole, one_by_one) in [(&train, "train.jsonl"), (&valid, "valid.jsonl")] {
+        let one_by_one = rows(&std::fs::read_to_string(messages_dir.join(one_by_one)).unwrap());
+        for window in rows(whole) {
+            let id = format!("{}/m", window["window_id"].as_str().unwrap());
+            let parts: Vec<&serde_json::Value> = one_by_one.iter().filter(|r| r["window_id"].as_str().unwrap().starts_with(&id)).collect();
+            let window_lines = window["messages"][1]["content"].as_str().unwrap().split("\n\n").nth(1).unwrap().lines().count();
+            assert!(parts.len() + 1 >= window_lines && parts.len() <= window_lines, "{id}: {} parts", parts.len());
+            let mut contents = Vec::new();
+            for part in &parts {
+                assert_eq!(part["messages"][0]["content"], system.as_str());
+                let lines = part["messages"][1]["content"].as_str().unwrap().split("\n\n").nth(1).unwrap().lines().count();
+                assert!((1..=3).contains(&lines), "{}: {lines} messages", part["window_id"]);
+                for record in reply(part) {
+                    assert_eq!(record["source_id"], lines, "{}: a record of the asked message", part["window_id"]);
+                    contents.push(record["content"].as_str().unwrap().to_owned());
+                }
+            }
+            let mut expected: Vec<String> = reply(&window).iter().map(|r| r["content"].as_str().unwrap().to_owned()).collect();
+            (contents.sort(), expected.sort());
+            assert_eq!(contents, expected, "{id}: the parts hold the window's records");
+        }
+    }
     let entries: Vec<serde_json::Value> = common::ledger_lines(&ledger).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(entries.iter().all(|e| e["mode"] == "decomposed"), "a local teacher labels in decomposed mode by default");
     assert!(out.join("stats.md").is_file());

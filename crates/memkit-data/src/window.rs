@@ -156,6 +156,23 @@ impl Window {
         (number as usize).checked_sub(1).and_then(|i| self.messages.get(i))
     }
 
+    /// The window of one message (`number`) with up to `context` messages before it as context,
+    /// renumbered from 1 and named `<id>/m<number>`: a whole window asked one message at a time,
+    /// as the decomposed teacher asked it. `None` when `number` is not in the window.
+    pub fn around(&self, number: u32, context: usize) -> Option<Window> {
+        let last = (number as usize).checked_sub(1).filter(|&i| i < self.messages.len())?;
+        let first = last.saturating_sub(context);
+        let messages = self.messages[first..=last].iter().zip(1..).map(|(m, n)| WindowMessage { number: n, ..m.clone() }).collect();
+        Some(Window {
+            id: format!("{}/m{number}", self.id),
+            dialogue_id: self.dialogue_id.clone(),
+            index: self.index,
+            context: last - first,
+            max_message_chars: self.max_message_chars,
+            messages,
+        })
+    }
+
     /// One line per message, `[2023-05-08T13:56:00, Mon] 7.Caroline: text`, joined by `\n`.
     ///
     /// Line breaks inside a message are folded to spaces so each message stays on one line;
@@ -328,6 +345,36 @@ mod tests {
             let cut = truncate_middle(&text, max);
             assert!(cut.chars().count() <= max, "{max}");
         }
+    }
+
+    #[test]
+    fn a_window_around_one_message_keeps_its_context_and_numbers_from_one() {
+        let message = |number: u32, text: &str| WindowMessage {
+            number,
+            turn_id: format!("t{number}"),
+            speaker: "user".into(),
+            role: Role::User,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+        };
+        let w = Window {
+            id: "d/w3".into(),
+            dialogue_id: "d".into(),
+            index: 3,
+            context: 1,
+            max_message_chars: 50,
+            messages: vec![message(1, "a"), message(2, "b"), message(3, "c")],
+        };
+        let one = w.around(3, 1).unwrap();
+        assert_eq!((one.id.as_str(), one.context, one.index), ("d/w3/m3", 1, 3));
+        assert_eq!(one.render(), "1.user: b\n2.user: c");
+        assert_eq!(one.messages[1].turn_id, "t3");
+        // Less context than asked at the start of the window; none asked, none given.
+        assert_eq!(w.around(1, 2).unwrap().render(), "1.user: a");
+        assert_eq!(w.around(2, 0).unwrap().render(), "1.user: b");
+        assert_eq!(w.around(3, 5).unwrap().context, 2);
+        assert!(w.around(0, 1).is_none() && w.around(4, 1).is_none());
     }
 
     #[test]

@@ -5,13 +5,21 @@
 //! checkpoint). Only windows whose
 //! replies were whole and whose target is complete become examples: the student never learns to
 //! leave out what the teacher found.
+//!
+//! The same windows are also written one new message at a time into [`MESSAGES_DIR`]: each new
+//! message with the `labelling.context` messages before it (as the decomposed teacher was asked),
+//! and the teacher's records of that message as the target. A student trained there is asked
+//! with windows of `context + 1` messages, `context` of them overlapping (`memkit extract
+//! --window 2 --overlap 1` for one message of context): a small job, whose records are checked
+//! one message at a time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use memkit_data::Window;
 use memkit_data::{Split, SplitRatios, assign_split};
 use memkit_prompt::{ChatMessage, Prompts, TRAINED_PROMPT_FILE};
-use memkit_schema::ExtractorOutput;
+use memkit_schema::{ExtractedMemory, ExtractorOutput};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Corpus, SourceKind};
@@ -40,6 +48,10 @@ pub struct Dataset {
     pub train: Vec<Example>,
     /// Validation examples, in draw order.
     pub valid: Vec<Example>,
+    /// The training windows one new message at a time ([`MESSAGES_DIR`]).
+    pub train_messages: Vec<Example>,
+    /// The validation windows one new message at a time.
+    pub valid_messages: Vec<Example>,
     /// Finished ledger entries of the drawn windows, in draw order.
     pub entries: Vec<Entry>,
     /// Ledger entries of windows the recipe no longer draws (left out of the dataset).
@@ -49,6 +61,9 @@ pub struct Dataset {
     /// The template source the examples' prompts were rendered from.
     pub prompt: String,
 }
+
+/// The subfolder of a dataset with its examples one new message at a time.
+pub const MESSAGES_DIR: &str = "messages";
 
 /// Builds the dataset from the ledger in `recipe`'s output folder.
 pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
@@ -69,14 +84,30 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
             dataset.incomplete += 1;
         }
         if entry.status == Status::Ok && entry.complete {
-            let mut chat = prompts.render_window(recipe.output.prompt, &w.window, &options)?.to_messages();
-            let reply = ExtractorOutput { memories: entry.records.clone() };
-            chat.push(ChatMessage::assistant(serde_json::to_string(&reply).expect("plain data")));
-            let example = Example { window_id: w.window.id.clone(), source: w.source, messages: chat };
-            match assign_split(&w.window.dialogue_id, recipe.output.split_seed, &ratios) {
-                Split::Valid => dataset.valid.push(example),
-                _ => dataset.train.push(example),
+            let example = |window: &Window, memories: Vec<ExtractedMemory>| -> Result<Example> {
+                let mut chat = prompts.render_window(recipe.output.prompt, window, &options)?.to_messages();
+                chat.push(ChatMessage::assistant(serde_json::to_string(&ExtractorOutput { memories }).expect("plain data")));
+                Ok(Example { window_id: window.id.clone(), source: w.source, messages: chat })
+            };
+            let whole = example(&w.window, entry.records.clone())?;
+            let mut one_by_one = Vec::new();
+            for m in w.window.suffix() {
+                let around = w.window.around(m.number, recipe.labelling.context).expect("a message of the window");
+                let renumbered = (around.context + 1) as u32;
+                let records = entry
+                    .records
+                    .iter()
+                    .filter(|r| r.source_id == m.number)
+                    .map(|r| ExtractedMemory { source_id: renumbered, ..r.clone() })
+                    .collect();
+                one_by_one.push(example(&around, records)?);
             }
+            let (windows, messages) = match assign_split(&w.window.dialogue_id, recipe.output.split_seed, &ratios) {
+                Split::Valid => (&mut dataset.valid, &mut dataset.valid_messages),
+                _ => (&mut dataset.train, &mut dataset.train_messages),
+            };
+            windows.push(whole);
+            messages.extend(one_by_one);
         }
         dataset.entries.push(entry);
     }
@@ -85,16 +116,22 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
 }
 
 /// Writes `train.jsonl`, `valid.jsonl` and the prompt template ([`TRAINED_PROMPT_FILE`]) into
-/// `out_dir` atomically.
+/// `out_dir` atomically, and the same for the examples one message at a time in
+/// `out_dir/`[`MESSAGES_DIR`].
 pub fn write_jsonl(dataset: &Dataset, out_dir: &Path) -> Result<()> {
-    write_atomic(&out_dir.join(TRAINED_PROMPT_FILE), dataset.prompt.as_bytes())?;
-    for (name, rows) in [("train.jsonl", &dataset.train), ("valid.jsonl", &dataset.valid)] {
-        let mut text = String::new();
-        for row in rows {
-            text.push_str(&serde_json::to_string(row).expect("plain data"));
-            text.push('\n');
+    for (dir, train, valid) in [
+        (out_dir.to_path_buf(), &dataset.train, &dataset.valid),
+        (out_dir.join(MESSAGES_DIR), &dataset.train_messages, &dataset.valid_messages),
+    ] {
+        write_atomic(&dir.join(TRAINED_PROMPT_FILE), dataset.prompt.as_bytes())?;
+        for (name, rows) in [("train.jsonl", train), ("valid.jsonl", valid)] {
+            let mut text = String::new();
+            for row in rows {
+                text.push_str(&serde_json::to_string(row).expect("plain data"));
+                text.push('\n');
+            }
+            write_atomic(&dir.join(name), text.as_bytes())?;
         }
-        write_atomic(&out_dir.join(name), text.as_bytes())?;
     }
     Ok(())
 }

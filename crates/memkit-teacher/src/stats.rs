@@ -68,6 +68,12 @@ pub struct Stats {
     pub train_examples: usize,
     /// Examples in valid.
     pub valid_examples: usize,
+    /// Examples one new message at a time (`messages/`), in train and valid.
+    #[serde(default)]
+    pub message_examples: [usize; 2],
+    /// Of those, the ones whose target has no record.
+    #[serde(default)]
+    pub empty_message_examples: usize,
     /// Records kept after validation.
     pub records: usize,
     /// Records dropped by validation, per reason.
@@ -161,6 +167,13 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         json_validity: share(parsed.len(), entries.len()),
         train_examples: dataset.train.len(),
         valid_examples: dataset.valid.len(),
+        message_examples: [dataset.train_messages.len(), dataset.valid_messages.len()],
+        empty_message_examples: dataset
+            .train_messages
+            .iter()
+            .chain(&dataset.valid_messages)
+            .filter(|e| e.messages.last().is_some_and(|m| m.content == r#"{"memories":[]}"#))
+            .count(),
         records: n_records,
         record_validity: share(n_records, n_records + n_dropped),
         dropped,
@@ -223,6 +236,12 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
         let _ = writeln!(md, "| · reply not whole: {kind} | {n} |");
     }
     let _ = writeln!(md, "| train / valid examples | {} / {} |", stats.train_examples, stats.valid_examples);
+    let [train, valid] = stats.message_examples;
+    let _ = writeln!(
+        md,
+        "| train / valid examples one message at a time (`messages/`); with no record | {train} / {valid}; {} |",
+        stats.empty_message_examples
+    );
     let _ = writeln!(md, "| windows left out: a record the teacher found was dropped | {} |", stats.windows_incomplete);
     let _ = writeln!(md, "| teacher requests (re-asks included) | {} |", stats.requests);
     if stats.messages > 0 {
