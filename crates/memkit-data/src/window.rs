@@ -357,6 +357,7 @@ mod tests {
             text: text.into(),
             caption: None,
             timestamp: None,
+            assistant_reply: None,
         };
         let w = Window {
             id: "d/w3".into(),

@@ -137,6 +137,7 @@ mod tests {
             stale: 0,
             incomplete: 0,
             prompt: String::new(),
+            ..Dataset::default()
         }
     }
 

@@ -54,6 +54,22 @@ pub struct TokenizedExample {
     pub target: Vec<bool>,
 }
 
+impl TokenizedExample {
+    /// Tokens the loss is taken on: the assistant tokens after the first position (each is
+    /// predicted from the tokens before it).
+    pub fn loss_targets(&self) -> usize {
+        self.target.iter().skip(1).filter(|t| **t).count()
+    }
+}
+
+/// The mean loss tokens of an optimiser step over an epoch of `batches` micro-batches,
+/// `grad_accum` to a step: what `memkit train` divides each step's summed loss by, so that every
+/// target token weighs the same in every step, however the step's batches were cut.
+pub fn targets_per_step(examples: &[TokenizedExample], batches: usize, grad_accum: usize) -> f64 {
+    let targets: usize = examples.iter().map(TokenizedExample::loss_targets).sum();
+    (targets as f64 * grad_accum as f64 / batches.max(1) as f64).max(1.0)
+}
+
 /// What tokenising a file did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DataStats {
@@ -243,6 +259,21 @@ mod tests {
         assert_eq!(file, vec![vec![0, 1], vec![2, 3]]);
         assert!((padding_share(&examples, &file) - 12.0 / 32.0).abs() < 1e-12);
         assert_eq!(padding_share(&examples, &bucket_batches(&examples, 2)), 0.0);
+    }
+
+    #[test]
+    fn a_step_is_normalised_by_the_epochs_mean_targets_not_its_own() {
+        let example =
+            |targets: usize| TokenizedExample { ids: vec![1; 10], target: [vec![false; 10 - targets], vec![true; targets]].concat() };
+        // Loss targets 3, 1 and 5, then 9 for an all-assistant example (its first position
+        // predicts nothing). The first three in 4 micro-batches, 2 to a step: 9 targets in 2
+        // steps, 4.5 a step.
+        let examples = vec![example(3), example(1), example(5), example(10)];
+        assert_eq!(examples.iter().map(TokenizedExample::loss_targets).collect::<Vec<_>>(), [3, 1, 5, 9]);
+        assert!((targets_per_step(&examples[..3], 4, 2) - 4.5).abs() < 1e-12);
+        assert!((targets_per_step(&examples, 2, 1) - 9.0).abs() < 1e-12);
+        // Never below one token.
+        assert_eq!(targets_per_step(&[], 0, 1), 1.0);
     }
 
     #[test]

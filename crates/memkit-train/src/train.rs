@@ -21,6 +21,7 @@ use tracing::{info, instrument, warn};
 use crate::checkpoint::{CheckpointData, TrainState, export_hf, list_checkpoints, read_state, weights_file, write_checkpoint};
 use crate::data::{
     Batch, ChatTokenizer, DataStats, TokenizedExample, bucket_batches, epoch_order, file_order_batches, padding_share, read_examples,
+    targets_per_step,
 };
 use crate::model::{BuildOptions, Config, Model, random_weights};
 use crate::recipe::{ModelSource, Optimizer, Recipe};
@@ -394,6 +395,7 @@ pub fn train(
     }
     let batches = bucket_batches(&train_set, run.batch_size);
     let valid_batches = bucket_batches(&valid_set, run.batch_size);
+    let targets_per_step = targets_per_step(&train_set, batches.len(), run.grad_accum);
     if resume_from.is_some() && state.batches_per_epoch != batches.len() {
         return Err(Error::invalid(
             &recipe.data.dir,
@@ -497,8 +499,13 @@ pub fn train(
     }
     while state.step < stop_at {
         let step_started = Instant::now();
-        // The micro-batches of this step, and their assistant tokens: each micro-batch's loss
-        // is divided by the step's total, so the accumulated gradient is that of the mean.
+        // The micro-batches of this step, and their assistant tokens. Each micro-batch's summed
+        // loss is divided by the mean assistant tokens of a step over the epoch, not by this
+        // step's own: every target token then weighs the same in every step. Batches are cut by
+        // length, so short replies (`{"memories":[]}`, nothing to remember) share batches, and
+        // a per-step mean made each such step push the reply's first decision as hard as a step
+        // of long replies: SmolLM2-135M learnt to answer empty for every window
+        // (reports/smollm2-135m-messages/).
         let micro: Vec<&Vec<usize>> = (0..run.grad_accum)
             .map(|k| {
                 let m = state.micro_batches + k;
@@ -506,8 +513,7 @@ pub fn train(
                 &batches[order[m % batches.len()]]
             })
             .collect();
-        let step_targets: usize =
-            micro.iter().flat_map(|b| b.iter()).map(|&i| train_set[i].target.iter().skip(1).filter(|t| **t).count()).sum();
+        let step_targets: usize = micro.iter().flat_map(|b| b.iter()).map(|&i| train_set[i].loss_targets()).sum();
         let mut accumulator = GradientsAccumulator::<Model>::new();
         let (mut loss_sum, mut step_tokens) = (0.0f64, 0usize);
         for (k, indices) in micro.iter().enumerate() {
@@ -515,8 +521,8 @@ pub fn train(
             device.seed(run.seed ^ ((state.micro_batches + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let rows: Vec<&TokenizedExample> = indices.iter().map(|&i| &train_set[i]).collect();
             let batch = Batch::new(&rows, &device);
-            let loss = nll_sum(target_logits(&model, &batch), &batch).div_scalar(step_targets.max(1) as f64);
-            loss_sum += f64::from(loss.clone().into_scalar::<f32>());
+            let loss = nll_sum(target_logits(&model, &batch), &batch).div_scalar(targets_per_step);
+            loss_sum += f64::from(loss.clone().into_scalar::<f32>()) * targets_per_step / step_targets.max(1) as f64;
             step_tokens += batch.tokens;
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             accumulator.accumulate(&model, grads);
