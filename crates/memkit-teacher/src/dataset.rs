@@ -16,8 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memkit_data::Window;
-use memkit_data::{Split, SplitRatios, assign_split};
+use memkit_data::{Split, SplitRatios, Window, assign_split};
 use memkit_prompt::{ChatMessage, Prompts, TRAINED_PROMPT_FILE};
 use memkit_schema::{ExtractedMemory, ExtractorOutput};
 use serde::{Deserialize, Serialize};

@@ -55,8 +55,8 @@ pub struct TokenizedExample {
 }
 
 impl TokenizedExample {
-    /// Tokens the loss is taken on: the assistant tokens after the first position (each is
-    /// predicted from the tokens before it).
+    /// Tokens the loss is taken on: the assistant tokens after the first position (the first
+    /// token is never predicted, so it cannot be a target).
     pub fn loss_targets(&self) -> usize {
         self.target.iter().skip(1).filter(|t| **t).count()
     }
@@ -130,8 +130,7 @@ impl ChatTokenizer {
                 tokenized.target.truncate(max_seq_len);
                 stats.truncated += 1;
             }
-            // The first token is never predicted, so it cannot be a target.
-            let targets = tokenized.target.iter().skip(1).filter(|t| **t).count();
+            let targets = tokenized.loss_targets();
             if targets == 0 {
                 stats.dropped += 1;
                 continue;
