@@ -51,8 +51,9 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # teacher's replies are cached, so a re-run after a change of grounding or validation costs only
 # new requests. About 45 minutes of teacher time on 2 idle cores the first time. A student GGUF
 # joins the table with `just gold decomposed <student.gguf> <window>`, asked as the distilled
-# data it learnt from: windows of 5 messages with 1 of context for a whole-window student, of 2
-# (one message and the one before it) for a student of `messages/`; a few minutes.
+# data it learnt from: windows of 5 messages with 1 of context for a whole-window student
+# (`student-windows`), of 2 (one message and the one before it) for a student of `messages/`
+# (`student-messages`); a few minutes. Both join the table when their records are there.
 [doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
 gold mode="decomposed" student="" student_window="5" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
@@ -71,11 +72,14 @@ gold mode="decomposed" student="" student_window="5" data=env_var_or_default("ME
     {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-{{mode}}-conv30.jsonl
     {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-{{mode}}-lme.jsonl
     if [ -n "{{student}}" ]; then
-        # Up to 3 records per new message (the teacher's cap per request), 6 for a single one.
-        new=$(( {{student_window}} - 1 )); memories=$(( new > 2 ? 3 * new : 6 ))
-        student="--model {{student}} --batch 4 --max-memories $memories --max-tokens 1536 --window {{student_window}} --overlap 1"
-        {{memkit}} extract $locomo --max-message-chars 1000 $student --restart -o $out/student-conv30.jsonl
-        {{memkit}} extract $lme_dialogues $student --restart -o $out/student-lme.jsonl
+        # Up to 3 records per new message (the teacher's cap per request), 6 for a single one;
+        # a student of one message at a time is asked as it was scored in training (400 tokens).
+        new=$(( {{student_window}} - 1 )); memories=$(( new > 2 ? 3 * new : 6 )); tokens=$(( new > 1 ? 1536 : 400 ))
+        name=$([ $new = 1 ] && echo student-messages || echo student-windows)
+        student="--model {{student}} --batch 4 --max-memories $memories --max-tokens $tokens --window {{student_window}} --overlap 1"
+        {{memkit}} extract $locomo --max-message-chars 1000 $student --restart -o $out/$name-conv30.jsonl
+        {{memkit}} extract $lme_dialogues $student --restart -o $out/$name-lme.jsonl
+        cat $out/$name-conv30.jsonl $out/$name-lme.jsonl > $out/$name.jsonl
     fi
     cat $out/rule-conv30.jsonl $out/rule-lme.jsonl > $out/rule.jsonl
     records="--records rule=$out/rule.jsonl --records observations=$out/observations-conv30.jsonl"
@@ -85,10 +89,9 @@ gold mode="decomposed" student="" student_window="5" data=env_var_or_default("ME
             records="$records --records teacher-$m=$out/teacher-$m.jsonl"
         fi
     done
-    if [ -n "{{student}}" ]; then
-        cat $out/student-conv30.jsonl $out/student-lme.jsonl > $out/student.jsonl
-        records="$records --records student=$out/student.jsonl"
-    fi
+    for s in student-windows student-messages; do
+        if [ -f $out/$s.jsonl ]; then records="$records --records $s=$out/$s.jsonl"; fi
+    done
     {{memkit}} compare --gold data/gold/locomo-conv-30.jsonl --gold data/gold/lme-s.jsonl $records --report reports/gold
 
 # Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-decomposed with the

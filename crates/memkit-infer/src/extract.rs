@@ -3,7 +3,8 @@
 //! Every [`Extractor`] renders the same prompt (memkit-prompt's `extract` template), asks its
 //! model for JSON that follows memkit-schema's extractor schema, and parses the reply with the
 //! lenient parser. Records whose `source_id` is not a suffix message of the window (a
-//! context-only message, or a number past the window) are moved to the errors.
+//! context-only message, or a number past the window), and records that nearly repeat an
+//! earlier one of the same reply ([`NEAR_DUPLICATE_F1`]), are moved to the errors.
 //!
 //! - [`OpenAiExtractor`]: any OpenAI-compatible endpoint, with `response_format` `json_schema`;
 //! - [`LocalExtractor`] (feature `llama`): a GGUF model in-process, its chat template from the
@@ -38,6 +39,17 @@ pub struct Usage {
     pub hit_max_tokens: bool,
 }
 
+/// Content token F1 (LoCoMo's, [`memkit_text::f1::f1_score`]) at which two records of one reply
+/// count as one. Small models loop: they write the same record again until the record cap.
+pub const NEAR_DUPLICATE_F1: f64 = 0.8;
+
+/// The first of `earlier` whose content `content` nearly repeats (token F1 ≥
+/// [`NEAR_DUPLICATE_F1`]). The one near-duplicate rule of extraction, distillation and the
+/// agreement scorers.
+pub fn repeated<'a>(content: &str, earlier: &'a [ExtractedMemory]) -> Option<&'a ExtractedMemory> {
+    earlier.iter().find(|k| memkit_text::f1::f1_score(content, &k.content) >= NEAR_DUPLICATE_F1)
+}
+
 /// What an extractor made of one window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Extraction {
@@ -57,8 +69,9 @@ pub struct Extraction {
 }
 
 impl Extraction {
-    /// Parses `raw` for `window` and keeps only records from the window's suffix. A reply that
-    /// hit its token limit gets a whole-reply [`ErrorKind::Truncated`] error.
+    /// Parses `raw` for `window` and keeps only records from the window's suffix that do not
+    /// nearly repeat an earlier one ([`ErrorKind::Duplicate`]). A reply that hit its token limit
+    /// gets a whole-reply [`ErrorKind::Truncated`] error.
     pub fn from_output(window: &Window, raw: String, usage: Usage) -> Self {
         let mut outcome = parse_extractor_output(&raw);
         if usage.hit_max_tokens {
@@ -71,10 +84,12 @@ impl Extraction {
         let mut positions = (0..).filter(|i| !failed.contains(i));
         let mut errors = outcome.errors;
         let mut records = Vec::with_capacity(outcome.records.len());
+        let mut kept_at = Vec::with_capacity(outcome.records.len());
         for record in outcome.records {
             let index = positions.next();
             if window.in_suffix(record.source_id) {
                 records.push(record);
+                kept_at.push(index);
                 continue;
             }
             let (kind, reason) = if (record.source_id as usize) <= window.context {
@@ -87,6 +102,17 @@ impl Extraction {
             };
             let raw = serde_json::to_string(&record).unwrap_or_default();
             errors.push(RecordError { index, kind, reason, raw });
+        }
+        let in_suffix = std::mem::take(&mut records);
+        for (record, index) in in_suffix.into_iter().zip(kept_at) {
+            match repeated(&record.content, &records) {
+                None => records.push(record),
+                Some(earlier) => {
+                    let reason = format!("nearly repeats the earlier record {:?}", earlier.content);
+                    let raw = serde_json::to_string(&record).unwrap_or_default();
+                    errors.push(RecordError { index, kind: ErrorKind::Duplicate, reason, raw });
+                }
+            }
         }
         Self { window_id: window.id.clone(), records, errors, raw, usage, grounding: Vec::new() }
     }
@@ -590,6 +616,33 @@ mod tests {
         let extraction = Extraction::from_output(&window(2, 4), broken.to_string(), Usage::default());
         let places: Vec<Option<usize>> = extraction.errors.iter().map(|e| e.index).collect();
         assert_eq!(places, [Some(0), Some(1)], "{:?}", extraction.errors);
+    }
+
+    #[test]
+    fn records_that_nearly_repeat_an_earlier_kept_one_become_errors() {
+        let said = |source_id: u32, content: &str| {
+            let mut m = memory(source_id);
+            m["content"] = content.into();
+            m
+        };
+        let memories = [
+            said(1, "Ann adopted a kitten."),
+            said(3, "Ann adopted a puppy named Max."),
+            said(3, "Ann adopted a puppy named Max."),
+            // Tokens (LoCoMo's normalisation drops "a"): 7 against the kept record's 5, all 5 of
+            // those shared: P 5/7, R 1, F1 = (10/7) / (12/7) = 0.83 ≥ 0.8.
+            said(4, "Ann adopted a puppy named Max last week."),
+            // 2 of 3 tokens shared with the kept one's 5: P 2/3, R 2/5, F1 = 0.5. The same
+            // content at index 0 does not count: that record is not kept (a context message).
+            said(4, "Ann adopted a kitten."),
+        ];
+        let raw = serde_json::json!({ "memories": memories }).to_string();
+        let extraction = Extraction::from_output(&window(2, 4), raw, Usage::default());
+        let kept: Vec<(u32, &str)> = extraction.records.iter().map(|r| (r.source_id, r.content.as_str())).collect();
+        assert_eq!(kept, [(3, "Ann adopted a puppy named Max."), (4, "Ann adopted a kitten.")]);
+        let errors: Vec<(ErrorKind, Option<usize>)> = extraction.errors.iter().map(|e| (e.kind, e.index)).collect();
+        assert_eq!(errors, [(ErrorKind::ContextSource, Some(0)), (ErrorKind::Duplicate, Some(2)), (ErrorKind::Duplicate, Some(3))]);
+        assert!(extraction.errors[2].raw.contains("last week"), "{:?}", extraction.errors[2]);
     }
 
     #[test]

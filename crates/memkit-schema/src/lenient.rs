@@ -47,6 +47,8 @@ pub enum ErrorKind {
     SourcePastWindow,
     /// A record that no message of the window supports (grounding).
     Unsupported,
+    /// A record whose content nearly repeats an earlier record of the same reply.
+    Duplicate,
 }
 
 impl ErrorKind {
@@ -61,6 +63,7 @@ impl ErrorKind {
             Self::ContextSource => "context_source",
             Self::SourcePastWindow => "source_past_window",
             Self::Unsupported => "unsupported",
+            Self::Duplicate => "duplicate",
         }
     }
 

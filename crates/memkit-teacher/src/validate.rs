@@ -58,9 +58,7 @@ pub enum DropReason {
     OtherPerson,
 }
 
-/// Content token F1 (LoCoMo's, [`memkit_text::f1::f1_score`]) at which two records of a window
-/// count as one.
-pub const NEAR_DUPLICATE_F1: f64 = 0.8;
+pub use memkit_infer::extract::NEAR_DUPLICATE_F1;
 
 impl DropReason {
     /// The snake-case name used in ledgers and stats.
@@ -99,6 +97,7 @@ impl DropReason {
             ErrorKind::ContextSource => Self::ContextMessage,
             ErrorKind::SourcePastWindow => Self::BadSourceId,
             ErrorKind::Unsupported => Self::Unsupported,
+            ErrorKind::Duplicate => Self::Duplicate,
         })
     }
 }
@@ -202,7 +201,7 @@ impl Validated {
     pub fn drop_duplicates(&mut self) {
         let records = std::mem::take(&mut self.records);
         for record in records {
-            if self.records.iter().any(|kept| memkit_text::f1::f1_score(&record.content, &kept.content) >= NEAR_DUPLICATE_F1) {
+            if memkit_infer::extract::repeated(&record.content, &self.records).is_some() {
                 self.dropped.push(Dropped { reason: DropReason::Duplicate, raw: serde_json::to_string(&record).expect("plain data") });
             } else {
                 self.records.push(record);

@@ -88,9 +88,9 @@ pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> 
 
 /// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time,
 /// with the extractor's replies in row order and the number of its records dropped as near
-/// duplicates of an earlier one in the same reply. Distillation drops those before a label is
-/// kept (`memkit_teacher::validate`), so they are dropped here too: a small model that loops is
-/// scored on its distinct records. (`memkit extract` does not drop them yet.)
+/// duplicates of an earlier one in the same reply. Extraction and distillation drop those
+/// (`memkit_infer::extract::repeated`), so they are dropped here too: a small model that loops is
+/// scored on its distinct records.
 pub fn agreement_on(
     extractor: &LocalExtractor,
     rows: &[Row],
