@@ -84,12 +84,17 @@ impl Extraction {
         let mut positions = (0..).filter(|i| !failed.contains(i));
         let mut errors = outcome.errors;
         let mut records = Vec::with_capacity(outcome.records.len());
-        let mut kept_at = Vec::with_capacity(outcome.records.len());
         for record in outcome.records {
             let index = positions.next();
             if window.in_suffix(record.source_id) {
-                records.push(record);
-                kept_at.push(index);
+                match repeated(&record.content, &records) {
+                    None => records.push(record),
+                    Some(earlier) => {
+                        let reason = format!("nearly repeats the earlier record {:?}", earlier.content);
+                        let raw = serde_json::to_string(&record).unwrap_or_default();
+                        errors.push(RecordError { index, kind: ErrorKind::Duplicate, reason, raw });
+                    }
+                }
                 continue;
             }
             let (kind, reason) = if (record.source_id as usize) <= window.context {
@@ -102,17 +107,6 @@ impl Extraction {
             };
             let raw = serde_json::to_string(&record).unwrap_or_default();
             errors.push(RecordError { index, kind, reason, raw });
-        }
-        let in_suffix = std::mem::take(&mut records);
-        for (record, index) in in_suffix.into_iter().zip(kept_at) {
-            match repeated(&record.content, &records) {
-                None => records.push(record),
-                Some(earlier) => {
-                    let reason = format!("nearly repeats the earlier record {:?}", earlier.content);
-                    let raw = serde_json::to_string(&record).unwrap_or_default();
-                    errors.push(RecordError { index, kind: ErrorKind::Duplicate, reason, raw });
-                }
-            }
         }
         Self { window_id: window.id.clone(), records, errors, raw, usage, grounding: Vec::new() }
     }
