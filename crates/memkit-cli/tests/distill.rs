@@ -104,6 +104,12 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
     // to it, and together exactly the window's records.
     let messages_dir = out.join(memkit_teacher::dataset::MESSAGES_DIR);
     assert_eq!(std::fs::read_to_string(messages_dir.join(memkit_prompt::TRAINED_PROMPT_FILE)).unwrap(), template);
+    // Each dataset names the window it was cut into, the shape a student trained there is asked
+    // in: the recipe's windows (6, 1 of context), and one new message after `labelling.context`
+    // (2) of context.
+    let window = |dir: &std::path::Path| memkit_prompt::TrainedWindow::read(dir).unwrap().unwrap();
+    assert_eq!(window(&out), memkit_prompt::TrainedWindow { size: 6, overlap: 1 });
+    assert_eq!(window(&messages_dir), memkit_prompt::TrainedWindow { size: 3, overlap: 2 });
     let rows = |text: &str| -> Vec<serde_json::Value> { text.lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
     let reply = |row: &serde_json::Value| -> Vec<serde_json::Value> {
         let content = row["messages"][2]["content"].as_str().unwrap();

@@ -47,6 +47,14 @@ pub enum Error {
         /// Which rendering was not a prefix of which.
         detail: String,
     },
+    /// A trained window file (`extract_window.json`) that does not parse or leaves no new message.
+    #[error("{path}: {reason}")]
+    TrainedWindow {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A `tokenizer_config.json` without a usable chat template or special token.
     #[error("{path}: {reason}")]
     TokenizerConfig {

@@ -71,6 +71,7 @@ mod error;
 mod outputs;
 mod prompts;
 mod pyjson;
+mod window;
 
 pub use chat::{ChatMessage, ChatMessages, ChatRole};
 pub use chat_template::{ChatTemplate, render_for_training};
@@ -78,3 +79,4 @@ pub use error::{Error, Result};
 pub use memkit_schema::UpdateAction;
 pub use outputs::{JudgeLabel, JudgeVerdict, SegmentRecord, Segmentation, UpdateVerdict};
 pub use prompts::{AnswerMemory, ExtractOptions, GGUF_PROMPT_KEY, PromptName, Prompts, TRAINED_PROMPT_FILE};
+pub use window::{GGUF_WINDOW_OVERLAP_KEY, GGUF_WINDOW_SIZE_KEY, TRAINED_WINDOW_FILE, TrainedWindow};

@@ -2,7 +2,8 @@
 //! assistant = the compact JSON of the validated records), split by dialogue so no dialogue is
 //! in both, written from the ledger (the source of truth) after every run, with the template the
 //! prompts were rendered from beside them (`extract_prompt.j2`; training copies it into the
-//! checkpoint). Only windows whose
+//! checkpoint), and the window they were cut into (`extract_window.json`, which travels the same
+//! way, so a trained student is asked in the windows it learnt). Only windows whose
 //! replies were whole and whose target is complete become examples: the student never learns to
 //! leave out what the teacher found.
 //!
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use memkit_data::{Split, SplitRatios, Window, assign_split};
-use memkit_prompt::{ChatMessage, Prompts, TRAINED_PROMPT_FILE};
+use memkit_prompt::{ChatMessage, Prompts, TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow};
 use memkit_schema::{ExtractedMemory, ExtractorOutput};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +42,7 @@ pub struct Example {
 }
 
 /// The examples of each split and the ledger entries they came from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Dataset {
     /// Training examples, in draw order.
     pub train: Vec<Example>,
@@ -59,6 +60,11 @@ pub struct Dataset {
     pub incomplete: usize,
     /// The template source the examples' prompts were rendered from.
     pub prompt: String,
+    /// The window of the whole-window examples (the corpus's).
+    pub window: TrainedWindow,
+    /// The window of the examples one new message at a time (`labelling.context + 1` messages,
+    /// `labelling.context` of them context).
+    pub message_window: TrainedWindow,
 }
 
 /// The subfolder of a dataset with its examples one new message at a time.
@@ -70,7 +76,19 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     let mut done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
     let prompts = Prompts::embedded()?;
     let ratios = SplitRatios { train: 1.0 - recipe.output.valid_share, valid: recipe.output.valid_share, test: 0.0 };
-    let mut dataset = Dataset { prompt: prompts.source(recipe.output.prompt).to_owned(), ..Dataset::default() };
+    let corpus_window = &recipe.corpus.window;
+    let mut dataset = Dataset {
+        train: Vec::new(),
+        valid: Vec::new(),
+        train_messages: Vec::new(),
+        valid_messages: Vec::new(),
+        entries: Vec::new(),
+        stale: 0,
+        incomplete: 0,
+        prompt: prompts.source(recipe.output.prompt).to_owned(),
+        window: TrainedWindow { size: corpus_window.size, overlap: corpus_window.overlap },
+        message_window: TrainedWindow { size: recipe.labelling.context + 1, overlap: recipe.labelling.context },
+    };
     let options = recipe.generation.extract_config().prompt_options();
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
@@ -114,15 +132,16 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     Ok(dataset)
 }
 
-/// Writes `train.jsonl`, `valid.jsonl` and the prompt template ([`TRAINED_PROMPT_FILE`]) into
-/// `out_dir` atomically, and the same for the examples one message at a time in
-/// `out_dir/`[`MESSAGES_DIR`].
+/// Writes `train.jsonl`, `valid.jsonl`, the prompt template ([`TRAINED_PROMPT_FILE`]) and the
+/// window ([`TRAINED_WINDOW_FILE`]) into `out_dir` atomically, and the same for the examples one
+/// message at a time in `out_dir/`[`MESSAGES_DIR`].
 pub fn write_jsonl(dataset: &Dataset, out_dir: &Path) -> Result<()> {
-    for (dir, train, valid) in [
-        (out_dir.to_path_buf(), &dataset.train, &dataset.valid),
-        (out_dir.join(MESSAGES_DIR), &dataset.train_messages, &dataset.valid_messages),
+    for (dir, train, valid, window) in [
+        (out_dir.to_path_buf(), &dataset.train, &dataset.valid, dataset.window),
+        (out_dir.join(MESSAGES_DIR), &dataset.train_messages, &dataset.valid_messages, dataset.message_window),
     ] {
         write_atomic(&dir.join(TRAINED_PROMPT_FILE), dataset.prompt.as_bytes())?;
+        write_atomic(&dir.join(TRAINED_WINDOW_FILE), window.to_json().as_bytes())?;
         for (name, rows) in [("train.jsonl", train), ("valid.jsonl", valid)] {
             let mut text = String::new();
             for row in rows {

@@ -137,7 +137,10 @@ mod tests {
             stale: 0,
             incomplete: 0,
             prompt: String::new(),
-            ..Dataset::default()
+            train_messages: Vec::new(),
+            valid_messages: Vec::new(),
+            window: memkit_prompt::TrainedWindow { size: 5, overlap: 1 },
+            message_window: memkit_prompt::TrainedWindow { size: 2, overlap: 1 },
         }
     }
 

@@ -14,7 +14,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
-use memkit_prompt::TRAINED_PROMPT_FILE;
+use memkit_prompt::{TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow};
 use serde::Serialize;
 use tracing::{info, instrument, warn};
 
@@ -388,6 +388,18 @@ pub fn train(
         }
         Err(e) => return Err(Error::io(&prompt_path, e)),
     };
+    // So does the window the examples were cut into: inference asks in windows of that shape.
+    let window = TrainedWindow::read(&recipe.data.dir)?;
+    // Writes the data's prompt and window beside an export.
+    let carry = |dir: &Path| -> Result<()> {
+        if let Some(prompt) = &prompt {
+            write_atomic(&dir.join(TRAINED_PROMPT_FILE), prompt)?;
+        }
+        if let Some(window) = &window {
+            write_atomic(&dir.join(TRAINED_WINDOW_FILE), window.to_json())?;
+        }
+        Ok(())
+    };
     let (train_set, train_stats) = load("train.jsonl")?;
     let (valid_set, valid_stats) = load("valid.jsonl")?;
     if train_set.is_empty() {
@@ -460,9 +472,7 @@ pub fn train(
             fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
         export_hf(&dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
-        if let Some(prompt) = &prompt {
-            write_atomic(&dir.join(TRAINED_PROMPT_FILE), prompt)?;
-        }
+        carry(&dir)?;
         let scored = scorer.score(&dir, step).map_err(|reason| Error::Score { step, reason })?;
         log.metrics("score", &scored)?;
         log.line(&format!("score step {step}: {:.4} {}", scored.value, scored.metrics))?;
@@ -577,10 +587,11 @@ pub fn train(
             score(&model, state.step, &mut log, &mut best)?;
         }
         export_hf(&run_dir, &base.config_json, &model.merged_weights(), &base.tokenizer_dir)?;
-        if let Some(prompt) = &prompt {
-            write_atomic(&run_dir.join(TRAINED_PROMPT_FILE), prompt)?;
-        }
-        write_atomic(&run_dir.join("README.md"), model_card(recipe, &plan, last_eval.as_ref(), prompt.is_some(), best.as_ref()))?;
+        carry(&run_dir)?;
+        write_atomic(
+            &run_dir.join("README.md"),
+            model_card(recipe, &plan, last_eval.as_ref(), prompt.is_some(), window.as_ref(), best.as_ref()),
+        )?;
         log.line(&format!("exported the model to {}", run_dir.display()))?;
     }
     let summary = TrainSummary {
@@ -597,7 +608,14 @@ pub fn train(
 }
 
 /// A short model card: base, method, data and the last evaluation.
-fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, carries_prompt: bool, best: Option<&Score>) -> String {
+fn model_card(
+    recipe: &Recipe,
+    plan: &TrainPlan,
+    eval: Option<&EvalMetrics>,
+    carries_prompt: bool,
+    window: Option<&TrainedWindow>,
+    best: Option<&Score>,
+) -> String {
     let base = match &recipe.model {
         ModelSource::Hf { path } | ModelSource::Gguf { path } => path.display().to_string(),
         ModelSource::Package { name } => format!("the `{name}` package"),
@@ -615,6 +633,14 @@ fn model_card(recipe: &Recipe, plan: &TrainPlan, eval: Option<&EvalMetrics>, car
         format!("It was trained on the prompt template in `{TRAINED_PROMPT_FILE}`, and memkit asks it with that template.")
     } else {
         "Its data named no prompt template: memkit asks it with `prompts/extract.j2`.".to_owned()
+    };
+    let prompt = match window {
+        Some(w) => format!(
+            "{prompt} Its examples were windows of {} messages, the first {} context only (`{TRAINED_WINDOW_FILE}`), and \
+             `memkit extract` cuts dialogues that way by default (`--window {} --overlap {}`).",
+            w.size, w.overlap, w.size, w.overlap
+        ),
+        None => prompt,
     };
     let best = best.map_or_else(String::new, |b| {
         format!(" The best score, {:.4} after step {}, is the export in `best/` (all its figures: `best/score.json`).", b.value, b.step)

@@ -176,15 +176,16 @@ fn smollm2_trains_a_few_steps() {
 }
 
 /// Prompt distillation's round trip: the template a dataset was rendered with
-/// (`extract_prompt.j2` beside `train.jsonl`) goes into the exported checkpoint, from there into
-/// the GGUF's metadata and back out of it, and the extractor loaded from that GGUF asks with it.
+/// (`extract_prompt.j2` beside `train.jsonl`) and the window it was cut into
+/// (`extract_window.json`) go into the exported checkpoint, from there into the GGUF's metadata
+/// and back out of it, and the extractor loaded from that GGUF asks with the template.
 #[test]
-fn the_data_prompt_travels_to_the_checkpoint_the_gguf_and_the_extractor() {
+fn the_data_prompt_and_window_travel_to_the_checkpoint_the_gguf_and_the_extractor() {
     use memkit_infer::convert::{ConvertOptions, OutType, gguf_to_hf, hf_to_gguf};
     use memkit_infer::extract::LocalExtractor;
     use memkit_infer::generate::EngineOptions;
     use memkit_infer::{ExtractConfig, LlamaEngine};
-    use memkit_prompt::{PromptName, TRAINED_PROMPT_FILE};
+    use memkit_prompt::{PromptName, TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow};
 
     let data = tempfile::tempdir().unwrap();
     for file in ["train.jsonl", "valid.jsonl"] {
@@ -192,19 +193,25 @@ fn the_data_prompt_travels_to_the_checkpoint_the_gguf_and_the_extractor() {
     }
     let template = PromptName::Student.embedded_source();
     std::fs::write(data.path().join(TRAINED_PROMPT_FILE), template).unwrap();
+    let window = TrainedWindow { size: 2, overlap: 1 };
+    std::fs::write(data.path().join(TRAINED_WINDOW_FILE), window.to_json()).unwrap();
     let run = tempfile::tempdir().unwrap();
     let mut recipe = smoke_recipe(run.path());
     recipe.data.dir = data.path().to_path_buf();
     recipe.run.max_steps = Some(1);
     assert!(train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap().finished);
     assert_eq!(std::fs::read_to_string(run.path().join(TRAINED_PROMPT_FILE)).unwrap(), template);
-    assert!(std::fs::read_to_string(run.path().join("README.md")).unwrap().contains(TRAINED_PROMPT_FILE));
+    assert_eq!(TrainedWindow::read(run.path()).unwrap(), Some(window));
+    let card = std::fs::read_to_string(run.path().join("README.md")).unwrap();
+    assert!(card.contains(TRAINED_PROMPT_FILE) && card.contains("--window 2 --overlap 1"), "{card}");
 
     let gguf = run.path().join("model.gguf");
     hf_to_gguf(run.path(), &gguf, &ConvertOptions { dtype: OutType::F32, name: None }).unwrap();
     let back = tempfile::tempdir().unwrap();
     gguf_to_hf(&gguf, back.path()).unwrap();
     assert_eq!(std::fs::read_to_string(back.path().join(TRAINED_PROMPT_FILE)).unwrap(), template);
+    assert_eq!(memkit_infer::convert::trained_window(&gguf).unwrap(), Some(window));
+    assert_eq!(TrainedWindow::read(back.path()).unwrap(), Some(window));
 
     let options = EngineOptions { n_ctx: 512, n_threads: 1, ..EngineOptions::default() };
     let extractor = LocalExtractor::new(LlamaEngine::load(&gguf, options).unwrap(), ExtractConfig::default()).unwrap();

@@ -11,6 +11,7 @@ use memkit_infer::chat::{ChatModel, OpenAiChat};
 use memkit_infer::ground::{Grounder, GroundingConfig, GroundingTally};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
+use memkit_prompt::TrainedWindow;
 use memkit_schema::{MemoryRecord, RecordError};
 use memkit_teacher::cache::Cache;
 use memkit_teacher::corpus::{CorpusWindow, SourceKind};
@@ -71,10 +72,12 @@ pub struct Args {
     /// The model name sent to --endpoint.
     #[arg(long, default_value = "default")]
     endpoint_model: String,
-    /// Messages per window (default: 25 for LoCoMo and JSONL, 15 user messages for LongMemEval).
+    /// Messages per window (default: the window a trained student's GGUF names, else 25 for
+    /// LoCoMo and JSONL, 15 user messages for LongMemEval).
     #[arg(long)]
     window: Option<usize>,
-    /// Context messages shared with the previous window (default: 5, LongMemEval 3).
+    /// Context messages shared with the previous window (default: the trained student's, else 5,
+    /// LongMemEval 3).
     #[arg(long)]
     overlap: Option<usize>,
     /// Messages longer than this many characters are cut to head, middle and tail when rendered.
@@ -148,11 +151,15 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             bar.finish_and_clear();
         }
         ExtractorKind::Model => {
-            let mut config =
-                if args.dialogues.format == Format::Longmemeval { WindowConfig::longmemeval() } else { WindowConfig::locomo() };
-            config.size = args.window.unwrap_or(config.size);
-            config.overlap = args.overlap.unwrap_or(config.overlap);
-            config.max_message_chars = args.max_message_chars;
+            // A trained student is asked in the windows it learnt from, unless the flags say otherwise.
+            let trained = match (&args.model, &args.teach) {
+                (Some(model), None) => memkit_infer::convert::trained_window(super::model_gguf(model)?)?,
+                _ => None,
+            };
+            if let Some(window) = trained {
+                tracing::info!(size = window.size, overlap = window.overlap, "the model's trained window");
+            }
+            let config = window_config(&args, trained);
             config.validate()?;
             let mut all: Vec<Window> = dialogues.iter().flat_map(|d| windows(d, &config)).collect();
             all.truncate(args.limit.unwrap_or(usize::MAX));
@@ -252,6 +259,19 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     }
     tracing::info!(dialogues = dialogues.len(), records = records.len(), "extracted");
     Ok(())
+}
+
+/// How dialogues are cut: `--window` / `--overlap` when given, else the model's trained window,
+/// else the format's default.
+fn window_config(args: &Args, trained: Option<TrainedWindow>) -> WindowConfig {
+    let mut config = if args.dialogues.format == Format::Longmemeval { WindowConfig::longmemeval() } else { WindowConfig::locomo() };
+    if let Some(window) = trained {
+        (config.size, config.overlap) = (window.size, window.overlap);
+    }
+    config.size = args.window.unwrap_or(config.size);
+    config.overlap = args.overlap.unwrap_or(config.overlap);
+    config.max_message_chars = args.max_message_chars;
+    config
 }
 
 /// One finished window in the extraction ledger (`<output>.windows.jsonl`).
@@ -448,4 +468,34 @@ fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
     let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
     let path = super::model_gguf(model)?;
     Ok(Model::Extractor(Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn config(flags: &[&str], trained: Option<TrainedWindow>) -> (usize, usize) {
+        let cli = Cli::parse_from(["extract", "--input", "d.json"].iter().chain(flags));
+        let config = window_config(&cli.args, trained);
+        (config.size, config.overlap)
+    }
+
+    #[test]
+    fn the_flags_beat_the_trained_window_which_beats_the_format_default() {
+        let trained = Some(TrainedWindow { size: 2, overlap: 1 });
+        assert_eq!(config(&["--format", "locomo"], None), (25, 5));
+        assert_eq!(config(&["--format", "longmemeval"], None), (15, 3));
+        assert_eq!(config(&["--format", "locomo"], trained), (2, 1));
+        assert_eq!(config(&["--format", "longmemeval"], trained), (2, 1));
+        assert_eq!(config(&["--window", "4"], trained), (4, 1));
+        assert_eq!(config(&["--window", "6", "--overlap", "2"], trained), (6, 2));
+    }
 }

@@ -175,14 +175,17 @@ impl GenerationArgs {
 
 /// The GGUF of `--model`: a packaged model's name, a `.gguf` file, or a trained checkpoint folder
 /// (HF layout; converted once to `model-f16.gguf` inside it, which carries the checkpoint's
-/// extraction prompt).
+/// extraction prompt and window).
 pub fn model_gguf(model: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(model);
     if path.is_dir() {
         let out = path.join("model-f16.gguf");
-        // Converted again when the checkpoint is newer (a finished resume, a new prompt).
+        // Converted again when the checkpoint is newer (a finished resume, a new prompt or window).
         let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let newest_input = ["model.safetensors", memkit_prompt::TRAINED_PROMPT_FILE].iter().filter_map(|f| modified(&path.join(f))).max();
+        let newest_input = ["model.safetensors", memkit_prompt::TRAINED_PROMPT_FILE, memkit_prompt::TRAINED_WINDOW_FILE]
+            .iter()
+            .filter_map(|f| modified(&path.join(f)))
+            .max();
         if modified(&out).is_none_or(|built| newest_input.is_some_and(|input| input > built)) {
             use memkit_infer::convert::{self, ConvertOptions, OutType};
             convert::hf_to_gguf(path, &out, &ConvertOptions { dtype: OutType::F16, ..ConvertOptions::default() })

@@ -10,7 +10,7 @@ use memkit_infer::convert::{self, ConvertOptions, OutType};
 /// Files of the HF layout a bundle must have.
 const REQUIRED: [&str; 4] = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"];
 /// Files copied when present.
-const OPTIONAL: [&str; 7] = [
+const OPTIONAL: [&str; 8] = [
     "generation_config.json",
     "recipe.toml",
     "metrics.jsonl",
@@ -18,6 +18,7 @@ const OPTIONAL: [&str; 7] = [
     "learning_curve.svg",
     "score.json",
     memkit_prompt::TRAINED_PROMPT_FILE,
+    memkit_prompt::TRAINED_WINDOW_FILE,
 ];
 
 /// A file of the checkpoint: in the folder itself, or, for the `best/` export of a scored run,
@@ -95,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .is_file()
         .then(|| std::fs::read_to_string(&prompt_path).with_context(|| format!("cannot read {}", prompt_path.display())))
         .transpose()?;
+    let window = memkit_prompt::TrainedWindow::read(src)?;
     let compares = args.compare.iter().map(|p| read_json(p)).collect::<anyhow::Result<Vec<serde_json::Value>>>()?;
     let name =
         args.name.clone().unwrap_or_else(|| args.out.file_name().map_or("memkit-extractor".into(), |n| n.to_string_lossy().into_owned()));
@@ -119,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(file)
         }
     };
-    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares, trained_prompt.as_deref())?;
+    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares, trained_prompt.as_deref(), window)?;
     std::fs::write(args.out.join("README.md"), card)?;
     files.push("README.md".into());
     #[allow(clippy::print_stdout)]
@@ -170,6 +172,7 @@ fn model_card(
     gguf: Option<&str>,
     compares: &[serde_json::Value],
     trained_prompt: Option<&str>,
+    window: Option<memkit_prompt::TrainedWindow>,
 ) -> anyhow::Result<String> {
     let recipe_text = checkpoint_file(src, "recipe.toml").and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
     let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
@@ -275,6 +278,20 @@ fn model_card(
         out.display(),
         gguf.map(|g| format!("/{g}")).unwrap_or_default()
     );
+    if let Some(w) = window {
+        let _ = writeln!(
+            md,
+            "It learnt from windows of **{} messages, the first {} context only**, and is asked the same way: memkit reads \
+             that from the GGUF (`{}`) and cuts dialogues so, as if given `--window {} --overlap {}` (`{}` here). Other \
+             tools should ask it one window of that shape per request, numbering the messages from 1.\n",
+            w.size,
+            w.overlap,
+            memkit_prompt::GGUF_WINDOW_SIZE_KEY,
+            w.size,
+            w.overlap,
+            memkit_prompt::TRAINED_WINDOW_FILE
+        );
+    }
     if let Some(g) = gguf {
         let _ = writeln!(md, "llama.cpp: `llama-cli -m {g}` · Ollama: `ollama create {name} -f Modelfile`\n");
     }

@@ -5,11 +5,13 @@
 //!   hyperparameters, the tensors under their GGUF names (q/k rows permuted for the llama
 //!   architecture), the tokenizer (`tokenizer.ggml.*`) and the chat template, as F32, F16 or
 //!   Q8_0. Trained checkpoints reach llama.cpp this way, and it is the GGUF export. A
-//!   checkpoint's extraction prompt (`extract_prompt.j2`) goes into `memkit.extract_prompt`.
+//!   checkpoint's extraction prompt (`extract_prompt.j2`) goes into `memkit.extract_prompt`, and
+//!   its trained window (`extract_window.json`) into `memkit.extract_window.{size,overlap}`.
 //! - [`gguf_to_hf`] goes back: it dequantises a GGUF file into an HF directory (f32
 //!   `model.safetensors`, `config.json`, tokenizer files, `generation_config.json`). Training
 //!   gets its base weights from the GGUF-only model packages this way. `memkit.extract_prompt`
-//!   comes back as `extract_prompt.j2`.
+//!   comes back as `extract_prompt.j2`, the window keys as `extract_window.json`.
+//! - [`trained_window`] reads those keys alone, for `memkit extract`'s default window.
 //!
 //! Both stream one tensor at a time and write through a temporary file renamed at the end.
 
@@ -23,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::safetensors::SliceSafetensors;
 use candle_core::{DType, Device, Tensor};
-use memkit_prompt::{GGUF_PROMPT_KEY, TRAINED_PROMPT_FILE};
+use memkit_prompt::{
+    GGUF_PROMPT_KEY, GGUF_WINDOW_OVERLAP_KEY, GGUF_WINDOW_SIZE_KEY, TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow,
+};
 use serde_json::{Value as Json, json};
 
 pub use arch::Arch;
@@ -197,6 +201,10 @@ pub fn hf_to_gguf(hf_dir: impl AsRef<Path>, out_path: impl AsRef<Path>, options:
     if prompt_path.is_file() {
         let prompt = fs::read_to_string(&prompt_path).map_err(|e| Error::io(&prompt_path, e))?;
         meta.set(GGUF_PROMPT_KEY, MetaValue::String(prompt));
+    }
+    if let Some(window) = TrainedWindow::read(dir)? {
+        meta.set(GGUF_WINDOW_SIZE_KEY, MetaValue::U32(window.size as u32));
+        meta.set(GGUF_WINDOW_OVERLAP_KEY, MetaValue::U32(window.overlap as u32));
     }
 
     // Tensors, sorted by HF name as gguf-py reads them from safetensors.
@@ -390,9 +398,31 @@ pub fn gguf_to_hf(gguf_path: impl AsRef<Path>, out_dir: impl AsRef<Path>) -> Res
         let prompt_path = out_dir.join(TRAINED_PROMPT_FILE);
         fs::write(&prompt_path, prompt).map_err(|e| Error::io(&prompt_path, e))?;
     }
+    if let Some(window) = window_of(meta, path)? {
+        let window_path = out_dir.join(TRAINED_WINDOW_FILE);
+        fs::write(&window_path, window.to_json()).map_err(|e| Error::io(&window_path, e))?;
+    }
     let bytes = fs::metadata(&target).map_err(|e| Error::io(&target, e))?.len();
     tracing::info!(path = %out_dir.display(), arch = p, tensors = tensors.len(), parameters, "wrote HF checkpoint");
     Ok(ConvertReport { arch, path: out_dir.to_path_buf(), tensors: tensors.len(), parameters, bytes })
+}
+
+/// The window a trained extractor learnt from (`memkit.extract_window.size` / `.overlap`), read
+/// from the GGUF's header alone; `None` for a model without one.
+pub fn trained_window(gguf_path: impl AsRef<Path>) -> Result<Option<TrainedWindow>> {
+    let path = gguf_path.as_ref();
+    window_of(&read_gguf(path)?.metadata, path)
+}
+
+fn window_of(
+    meta: &std::collections::HashMap<String, candle_core::quantized::gguf_file::Value>,
+    path: &Path,
+) -> Result<Option<TrainedWindow>> {
+    let u32_meta = |key: &str| meta.get(key).and_then(|v| v.to_u32().ok());
+    let (Some(size), Some(overlap)) = (u32_meta(GGUF_WINDOW_SIZE_KEY), u32_meta(GGUF_WINDOW_OVERLAP_KEY)) else { return Ok(None) };
+    let window = TrainedWindow { size: size as usize, overlap: overlap as usize };
+    window.check().map_err(|reason| bad(path, format!("`{GGUF_WINDOW_SIZE_KEY}` / `{GGUF_WINDOW_OVERLAP_KEY}`: {reason}")))?;
+    Ok(Some(window))
 }
 
 fn flat_f32(tensor: &Tensor) -> candle_core::Result<Vec<f32>> {
