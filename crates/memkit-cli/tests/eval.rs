@@ -221,3 +221,36 @@ answer = {{ kind = "local", model = {gguf:?}, threads = 2 }}
     assert_eq!(cached_replies(&cache.join("qa")), replies);
     assert_eq!(again["qa"], metrics["qa"]);
 }
+
+/// A LongMemEval recipe's `questions` keeps exactly the question ids it names (a named subset
+/// for slow extractors); an id the file lacks is an error that names it. No model needed.
+#[test]
+fn a_longmemeval_subset_is_the_questions_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = |name: &str, ids: &str| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"{name}\"\n[dataset]\nkind = \"longmemeval\"\npath = \"longmemeval/longmemeval_s_cleaned_subset200.json\"\n\
+                 questions = [{ids}]\n[[systems]]\nkind = \"bm25_turns\"\nname = \"BM25 raw turns\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let metrics = eval(&recipe("two", "\"0862e8bf\", \"001be529\""), &dir.path().join("reports"), &dir.path().join("cache"));
+    assert_eq!(metrics["systems"][0]["questions"], 2);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "--quiet", "eval", "--recipe"])
+        .arg(recipe("typo", "\"0862e8bf\", \"no-such-id\""))
+        .arg("--reports-dir")
+        .arg(dir.path().join("reports"))
+        .arg("--data-dir")
+        .arg(memkit_data::shared_data_dir())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"no-such-id\""), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -345,11 +345,15 @@ pub enum DatasetSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sessions: Option<usize>,
     },
-    /// LongMemEval (oracle or S); `question_types` keeps the questions of those types, then
-    /// `limit` the first N of them (all when absent).
+    /// LongMemEval (oracle or S); `questions` keeps those question ids, `question_types` the
+    /// questions of those types, then `limit` the first N of them (all when absent).
     Longmemeval {
         /// Path relative to the data dir, or absolute.
         path: PathBuf,
+        /// Keep only these question ids (a named subset for slow extractors), in file order; all
+        /// when empty. An id the file does not have is an error.
+        #[serde(default)]
+        questions: Vec<String>,
         /// Keep the first N questions (after the type filter).
         #[serde(default)]
         limit: Option<usize>,

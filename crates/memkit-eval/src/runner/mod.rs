@@ -152,8 +152,15 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
             ));
             run_locomo(recipe, &samples, options, &counter, reporter, &mut qa_items, &mut notes)?
         }
-        DatasetSpec::Longmemeval { limit, question_types, .. } => {
+        DatasetSpec::Longmemeval { limit, questions, question_types, .. } => {
             let mut items = memkit_data::load_longmemeval(&path)?;
+            if !questions.is_empty() {
+                if let Some(missing) = questions.iter().find(|q| !items.iter().any(|i| &i.question.id == *q)) {
+                    return Err(Error::Dataset(format!("dataset.questions: {} has no question {missing:?}", path.display())));
+                }
+                items.retain(|i| questions.contains(&i.question.id));
+                notes.push(format!("Subset: the questions {} ({} of them).", questions.join(", "), items.len()));
+            }
             if !question_types.is_empty() {
                 items.retain(|i| i.question.question_type.as_ref().is_some_and(|t| question_types.contains(t)));
                 notes.push(format!("Subset: the questions of type {} ({} of them).", question_types.join(", "), items.len()));
