@@ -262,6 +262,18 @@ impl OpenAiClient {
     /// student says), or `None`: no such field, no such model, or no answer (one attempt; an
     /// endpoint without `/models` is not an error).
     pub fn served_extract_prompt(&self) -> Option<String> {
+        self.served_memkit()?["extract_prompt"].as_str().map(str::to_owned)
+    }
+
+    /// The window the server announces the configured model was trained on (`GET /models`, the
+    /// model's `memkit.extract_window`), or `None`, as for [`Self::served_extract_prompt`].
+    pub fn served_extract_window(&self) -> Option<memkit_prompt::TrainedWindow> {
+        let window: memkit_prompt::TrainedWindow = serde_json::from_value(self.served_memkit()?["extract_window"].take()).ok()?;
+        window.check().ok().map(|()| window)
+    }
+
+    /// The `memkit` object of the configured model in the server's `/models` list.
+    fn served_memkit(&self) -> Option<serde_json::Value> {
         let url = format!("{}/models", self.config.base_url.trim_end_matches('/'));
         let mut call = self.agent.get(&url);
         if let Some(key) = &self.api_key {
@@ -274,7 +286,7 @@ impl OpenAiClient {
         let list: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
         let models = list["data"].as_array()?;
         let model = models.iter().find(|m| m["id"] == self.config.model.as_str())?;
-        model["memkit"]["extract_prompt"].as_str().map(str::to_owned)
+        model.get("memkit").cloned()
     }
 
     /// Sends `request` (its `model` is replaced by the configured one when empty) and returns

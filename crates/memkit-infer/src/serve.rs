@@ -11,9 +11,10 @@
 //!   object). The answer is `choices[0].message.content` with `finish_reason` (`stop` or
 //!   `length`) and `usage`. Errors come back as `{"error": {"message", "type"}}`.
 //! - `GET /v1/models`: the one model. A trained student's GGUF carries the extraction prompt it
-//!   learnt (`memkit.extract_prompt`); the model object then has it as
-//!   `"memkit": {"extract_prompt": ...}`, and memkit's
-//!   [`OpenAiExtractor`](crate::OpenAiExtractor) asks with it.
+//!   learnt (`memkit.extract_prompt`) and the window it learnt from (`memkit.extract_window.*`);
+//!   the model object then has them as `"memkit": {"extract_prompt": ..., "extract_window":
+//!   {"size", "overlap"}}`, memkit's [`OpenAiExtractor`](crate::OpenAiExtractor) asks with the
+//!   prompt and `memkit extract --endpoint` cuts dialogues in that window.
 //! - `GET /health`: `{"status": "ok"}`.
 //!
 //! Requests take turns on the engine (one context decodes one batch at a time): each runs on
@@ -78,6 +79,8 @@ struct AppState {
     model_id: String,
     /// The extraction prompt the GGUF carries.
     extract_prompt: Option<String>,
+    /// The window it was trained on (`memkit.extract_window.*`), announced beside the prompt.
+    extract_window: Option<memkit_prompt::TrainedWindow>,
     limits: Limits,
     in_flight: AtomicUsize,
     served: AtomicUsize,
@@ -154,11 +157,17 @@ impl Server {
         // tokio's listener must be non-blocking.
         listener.set_nonblocking(true).map_err(serve_err)?;
         let extract_prompt = engine.meta_str(memkit_prompt::GGUF_PROMPT_KEY);
+        let meta_usize = |key: &str| engine.meta_str(key).and_then(|v| v.parse::<usize>().ok());
+        let extract_window = match (meta_usize(memkit_prompt::GGUF_WINDOW_SIZE_KEY), meta_usize(memkit_prompt::GGUF_WINDOW_OVERLAP_KEY)) {
+            (Some(size), Some(overlap)) => Some(memkit_prompt::TrainedWindow { size, overlap }),
+            _ => None,
+        };
         let state = Arc::new(AppState {
             engine: Mutex::new(engine),
             chat,
             model_id: model_id.into(),
             extract_prompt,
+            extract_window,
             limits,
             in_flight: AtomicUsize::new(0),
             served: AtomicUsize::new(0),
@@ -284,7 +293,10 @@ impl From<Error> for ApiError {
 async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let mut model = json!({"id": state.model_id, "object": "model", "created": 0, "owned_by": "memkit"});
     if let Some(prompt) = &state.extract_prompt {
-        model["memkit"] = json!({ "extract_prompt": prompt });
+        model["memkit"]["extract_prompt"] = json!(prompt);
+    }
+    if let Some(window) = &state.extract_window {
+        model["memkit"]["extract_window"] = json!(window);
     }
     Json(json!({"object": "list", "data": [model]}))
 }

@@ -214,15 +214,16 @@ fn served_and_local_extractors_agree() {
     }
 }
 
-/// Prompt distillation over HTTP: a served GGUF that carries an extraction prompt announces it
-/// in `/v1/models`, and the HTTP extractor asks with it, as the in-process one does; the plain
-/// model announces nothing.
+/// Prompt distillation over HTTP: a served GGUF that carries an extraction prompt and window
+/// announces them in `/v1/models`, and the HTTP extractor asks with the prompt, as the
+/// in-process one does; the plain model announces nothing.
 #[test]
 fn a_served_student_announces_the_prompt_it_carries() {
     use memkit_infer::convert::{ConvertOptions, OutType, gguf_to_hf, hf_to_gguf};
-    use memkit_prompt::{PromptName, Prompts, TRAINED_PROMPT_FILE};
+    use memkit_prompt::{PromptName, Prompts, TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow};
 
     let Some(addr) = server() else { return };
+    assert_eq!(client(addr).served_extract_window(), None);
     let Some(path) = smollm2() else { return };
     assert_eq!(OpenAiExtractor::new(client(addr), extract_config()).unwrap().trained_prompt(), None);
 
@@ -232,6 +233,8 @@ fn a_served_student_announces_the_prompt_it_carries() {
     gguf_to_hf(&path, &hf).unwrap();
     let template = PromptName::Student.embedded_source();
     std::fs::write(hf.join(TRAINED_PROMPT_FILE), template).unwrap();
+    let trained = TrainedWindow { size: 2, overlap: 1 };
+    std::fs::write(hf.join(TRAINED_WINDOW_FILE), trained.to_json()).unwrap();
     let student = dir.path().join("student.gguf");
     hf_to_gguf(&hf, &student, &ConvertOptions { dtype: OutType::Q8_0, name: None }).unwrap();
     let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), engine(&student), "student").unwrap();
@@ -240,6 +243,7 @@ fn a_served_student_announces_the_prompt_it_carries() {
 
     let mut config = OpenAiConfig::new(format!("http://{student_addr}/v1"), "student");
     config.max_retries = 0;
+    assert_eq!(OpenAiClient::new(config.clone()).served_extract_window(), Some(trained));
     let remote = OpenAiExtractor::new(OpenAiClient::new(config), extract_config()).unwrap();
     assert_eq!(remote.trained_prompt(), Some(template));
     let local = LocalExtractor::new(engine(&student), extract_config()).unwrap();

@@ -72,8 +72,8 @@ pub struct Args {
     /// The model name sent to --endpoint.
     #[arg(long, default_value = "default")]
     endpoint_model: String,
-    /// Messages per window (default: the window a trained student's GGUF names, else 25 for
-    /// LoCoMo and JSONL, 15 user messages for LongMemEval).
+    /// Messages per window (default: the window a trained student's GGUF, or the server of
+    /// --endpoint, names; else 25 for LoCoMo and JSONL, 15 user messages for LongMemEval).
     #[arg(long)]
     window: Option<usize>,
     /// Context messages shared with the previous window (default: the trained student's, else 5,
@@ -152,9 +152,13 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         }
         ExtractorKind::Model => {
             // A trained student is asked in the windows it learnt from, unless the flags say otherwise.
-            let trained = match (&args.model, &args.teach) {
-                (Some(model), None) => memkit_infer::convert::trained_window(super::model_gguf(model)?)?,
-                _ => None,
+            let trained = match (&args.model, &args.endpoint, &args.teach) {
+                (_, _, Some(_)) => None,
+                (Some(model), _, None) => memkit_infer::convert::trained_window(super::model_gguf(model)?)?,
+                (None, Some(endpoint), None) => {
+                    OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone())).served_extract_window()
+                }
+                (None, None, None) => None,
             };
             if let Some(window) = trained {
                 tracing::info!(size = window.size, overlap = window.overlap, "the model's trained window");
