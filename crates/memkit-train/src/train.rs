@@ -636,7 +636,7 @@ fn model_card(
     };
     let prompt = match window {
         Some(w) => format!(
-            "{prompt} Its examples were windows of {} messages, the first {} context only (`{TRAINED_WINDOW_FILE}`), and \
+            "{prompt} Its examples were windows of {} messages, {} of them context (`{TRAINED_WINDOW_FILE}`), and \
              `memkit extract` cuts dialogues that way by default (`--window {} --overlap {}`).",
             w.size, w.overlap, w.size, w.overlap
         ),

@@ -221,7 +221,10 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
          window exactly as memkit renders it at inference, and the records as compact JSON), `train.parquet` / `valid.parquet` (the same rows, \
          `messages` as `list<struct<role, content>>`: `datasets.load_dataset(\"parquet\", ...)` reads them), \
          `records.parquet` (one row per kept record: window, split, source, teacher, `source_id`, content, type and \
-         dimensions), `stats.md` / `stats.json`.\n\n\
+         dimensions), `stats.md` / `stats.json`, `extract_prompt.j2` / `extract_window.json` (the template the prompts \
+         were rendered from and the window they were cut into: training carries both into the checkpoint, and memkit asks \
+         the trained model that way), and `messages/` (the same windows one new message at a time, the message before it \
+         as context, with its own `train.jsonl` / `valid.jsonl` and the same two files).\n\n\
          Sources: LongMemEval-S filler sessions (no question's evidence, in no haystack of the evaluation split) and \
          MemoryBank dialogues; never LoCoMo.\n",
         name = recipe.name,

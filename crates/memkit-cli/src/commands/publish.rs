@@ -281,7 +281,7 @@ fn model_card(
     if let Some(w) = window {
         let _ = writeln!(
             md,
-            "It learnt from windows of **{} messages, the first {} context only**, and is asked the same way: memkit reads \
+            "It learnt from windows of **{} messages, {} of them context (the messages before the new ones)**, and is asked the same way: memkit reads \
              that from the GGUF (`{}`) and cuts dialogues so, as if given `--window {} --overlap {}` (`{}` here). Other \
              tools should ask it one window of that shape per request, numbering the messages from 1.\n",
             w.size,
