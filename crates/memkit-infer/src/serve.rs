@@ -157,11 +157,8 @@ impl Server {
         // tokio's listener must be non-blocking.
         listener.set_nonblocking(true).map_err(serve_err)?;
         let extract_prompt = engine.meta_str(memkit_prompt::GGUF_PROMPT_KEY);
-        let meta_usize = |key: &str| engine.meta_str(key).and_then(|v| v.parse::<usize>().ok());
-        let extract_window = match (meta_usize(memkit_prompt::GGUF_WINDOW_SIZE_KEY), meta_usize(memkit_prompt::GGUF_WINDOW_OVERLAP_KEY)) {
-            (Some(size), Some(overlap)) => Some(memkit_prompt::TrainedWindow { size, overlap }),
-            _ => None,
-        };
+        // A window that leaves no new message is not announced (converting it back names the error).
+        let extract_window = memkit_prompt::TrainedWindow::from_metadata(|key| engine.meta_str(key)?.parse().ok()).ok().flatten();
         let state = Arc::new(AppState {
             engine: Mutex::new(engine),
             chat,

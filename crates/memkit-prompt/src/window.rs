@@ -46,6 +46,16 @@ impl TrainedWindow {
         Ok(Some(window))
     }
 
+    /// The window a model's metadata names under [`GGUF_WINDOW_SIZE_KEY`] and
+    /// [`GGUF_WINDOW_OVERLAP_KEY`] (`get` reads one key): `None` when either is missing, an error
+    /// naming the keys when the pair leaves no new message.
+    pub fn from_metadata(get: impl Fn(&str) -> Option<usize>) -> std::result::Result<Option<Self>, String> {
+        let (Some(size), Some(overlap)) = (get(GGUF_WINDOW_SIZE_KEY), get(GGUF_WINDOW_OVERLAP_KEY)) else { return Ok(None) };
+        let window = Self { size, overlap };
+        window.check().map_err(|reason| format!("`{GGUF_WINDOW_SIZE_KEY}` / `{GGUF_WINDOW_OVERLAP_KEY}`: {reason}"))?;
+        Ok(Some(window))
+    }
+
     /// Checks that a window of this shape has a new message: `0 < size` and `overlap < size`.
     pub fn check(&self) -> std::result::Result<(), String> {
         if self.overlap >= self.size {

@@ -418,11 +418,7 @@ fn window_of(
     meta: &std::collections::HashMap<String, candle_core::quantized::gguf_file::Value>,
     path: &Path,
 ) -> Result<Option<TrainedWindow>> {
-    let u32_meta = |key: &str| meta.get(key).and_then(|v| v.to_u32().ok());
-    let (Some(size), Some(overlap)) = (u32_meta(GGUF_WINDOW_SIZE_KEY), u32_meta(GGUF_WINDOW_OVERLAP_KEY)) else { return Ok(None) };
-    let window = TrainedWindow { size: size as usize, overlap: overlap as usize };
-    window.check().map_err(|reason| bad(path, format!("`{GGUF_WINDOW_SIZE_KEY}` / `{GGUF_WINDOW_OVERLAP_KEY}`: {reason}")))?;
-    Ok(Some(window))
+    TrainedWindow::from_metadata(|key| meta.get(key).and_then(|v| v.to_u32().ok()).map(|v| v as usize)).map_err(|reason| bad(path, reason))
 }
 
 fn flat_f32(tensor: &Tensor) -> candle_core::Result<Vec<f32>> {
