@@ -133,7 +133,8 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
                 }
             }
             let mut expected: Vec<String> = reply(&window).iter().map(|r| r["content"].as_str().unwrap().to_owned()).collect();
-            (contents.sort(), expected.sort());
+            contents.sort();
+            expected.sort();
             assert_eq!(contents, expected, "{id}: the parts hold the window's records");
         }
     }

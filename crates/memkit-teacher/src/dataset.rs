@@ -13,8 +13,14 @@
 //! with windows of `context + 1` messages, `context` of them overlapping (`memkit extract
 //! --window 2 --overlap 1` for one message of context): a small job, whose records are checked
 //! one message at a time.
+//!
+//! A window left out as incomplete still gives its messages whose own records were all kept:
+//! a dropped finding is tied to its message by its `source_id` (the record's, or the one a cut-off
+//! record got as far as writing), and only that message is left out. Where a dropped finding
+//! names no message, the whole window is. These salvaged examples follow the complete windows'
+//! in each split, so the first rows of `valid.jsonl` (which training scores) do not move.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use memkit_data::{Split, SplitRatios, Window, assign_split};
@@ -58,6 +64,9 @@ pub struct Dataset {
     pub stale: usize,
     /// Finished windows left out because a record the teacher found was dropped.
     pub incomplete: usize,
+    /// Examples one message at a time salvaged from those windows (train and valid): their
+    /// messages whose own records were all kept.
+    pub salvaged_messages: usize,
     /// The template source the examples' prompts were rendered from.
     pub prompt: String,
     /// The window of the whole-window examples (the corpus's).
@@ -85,11 +94,13 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
         entries: Vec::new(),
         stale: 0,
         incomplete: 0,
+        salvaged_messages: 0,
         prompt: prompts.source(recipe.output.prompt).to_owned(),
         window: TrainedWindow { size: corpus_window.size, overlap: corpus_window.overlap },
         message_window: TrainedWindow { size: recipe.labelling.context + 1, overlap: recipe.labelling.context },
     };
     let options = recipe.generation.extract_config().prompt_options();
+    let (mut salvaged_train, mut salvaged_valid) = (Vec::new(), Vec::new());
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
         // Checks added after a window was labelled apply to it too (they are idempotent).
@@ -100,15 +111,22 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
         if entry.status == Status::Ok && !entry.complete {
             dataset.incomplete += 1;
         }
-        if entry.status == Status::Ok && entry.complete {
+        // The messages whose records a dropped finding may be missing from (`None`: unknown).
+        let lost: Option<BTreeSet<u32>> = if entry.complete {
+            Some(BTreeSet::new())
+        } else {
+            entry.dropped.iter().filter(|d| d.reason.loses_a_finding()).map(|d| named_source(&d.raw)).collect()
+        };
+        if entry.status == Status::Ok
+            && let Some(lost) = lost
+        {
             let example = |window: &Window, memories: Vec<ExtractedMemory>| -> Result<Example> {
                 let mut chat = prompts.render_window(recipe.output.prompt, window, &options)?.to_messages();
                 chat.push(ChatMessage::assistant(serde_json::to_string(&ExtractorOutput { memories }).expect("plain data")));
                 Ok(Example { window_id: window.id.clone(), source: w.source, messages: chat })
             };
-            let whole = example(&w.window, entry.records.clone())?;
             let mut one_by_one = Vec::new();
-            for m in w.window.suffix() {
+            for m in w.window.suffix().iter().filter(|m| !lost.contains(&m.number)) {
                 let around = w.window.around(m.number, recipe.labelling.context).expect("a message of the window");
                 let renumbered = (around.context + 1) as u32;
                 let records = entry
@@ -119,17 +137,39 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
                     .collect();
                 one_by_one.push(example(&around, records)?);
             }
-            let (windows, messages) = match assign_split(&w.window.dialogue_id, recipe.output.split_seed, &ratios) {
-                Split::Valid => (&mut dataset.valid, &mut dataset.valid_messages),
-                _ => (&mut dataset.train, &mut dataset.train_messages),
-            };
-            windows.push(whole);
-            messages.extend(one_by_one);
+            let valid = assign_split(&w.window.dialogue_id, recipe.output.split_seed, &ratios) == Split::Valid;
+            if entry.complete {
+                let (windows, messages) = if valid {
+                    (&mut dataset.valid, &mut dataset.valid_messages)
+                } else {
+                    (&mut dataset.train, &mut dataset.train_messages)
+                };
+                windows.push(example(&w.window, entry.records.clone())?);
+                messages.extend(one_by_one);
+            } else {
+                dataset.salvaged_messages += one_by_one.len();
+                (if valid { &mut salvaged_valid } else { &mut salvaged_train }).extend(one_by_one);
+            }
         }
         dataset.entries.push(entry);
     }
     dataset.stale = done.len();
+    dataset.train_messages.append(&mut salvaged_train);
+    dataset.valid_messages.append(&mut salvaged_valid);
     Ok(dataset)
+}
+
+/// The message a dropped record names: the `source_id` of its JSON, or the one a record cut off
+/// mid-way got as far as writing (`{"source_id":3,"source_speaker":"Jo`). `None` when it names
+/// none.
+fn named_source(raw: &str) -> Option<u32> {
+    if let Ok(record) = serde_json::from_str::<serde_json::Value>(raw) {
+        return record.get("source_id")?.as_u64()?.try_into().ok();
+    }
+    let after = raw.split_once("\"source_id\"")?.1.trim_start().strip_prefix(':')?.trim_start();
+    let digits = &after[..after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len())];
+    // A number cut off by the end of the reply may be a prefix of the real one.
+    if digits.len() == after.len() { None } else { digits.parse().ok() }
 }
 
 /// Writes `train.jsonl`, `valid.jsonl`, the prompt template ([`TRAINED_PROMPT_FILE`]) and the
@@ -161,4 +201,20 @@ pub fn windows_per_source(entries: &[Entry]) -> BTreeMap<SourceKind, usize> {
         *counts.entry(e.source).or_default() += 1;
     }
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_source;
+
+    #[test]
+    fn a_dropped_record_names_its_message_if_it_got_that_far() {
+        assert_eq!(named_source(r#"{"source_id":4,"source_speaker":"user","content":"I ran."}"#), Some(4));
+        assert_eq!(named_source(r#"{"source_id": 12, "source_speaker":"Jo"#), Some(12));
+        // Cut inside the number: "1" may have been "13".
+        assert_eq!(named_source(r#"{"source_id":1"#), None);
+        assert_eq!(named_source(r#"{"sour"#), None);
+        assert_eq!(named_source(r#"{"source_speaker":"user","content":"x"}"#), None);
+        assert_eq!(named_source("not json at all"), None);
+    }
 }

@@ -136,6 +136,7 @@ mod tests {
             ],
             stale: 0,
             incomplete: 0,
+            salvaged_messages: 0,
             prompt: String::new(),
             train_messages: Vec::new(),
             valid_messages: Vec::new(),

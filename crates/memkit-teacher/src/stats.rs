@@ -41,6 +41,10 @@ pub struct Stats {
     /// Parsed windows left out of the dataset because a record the teacher found was dropped.
     #[serde(default)]
     pub windows_incomplete: usize,
+    /// Examples one message at a time salvaged from those windows: their messages whose own
+    /// records were all kept.
+    #[serde(default)]
+    pub salvaged_message_examples: usize,
     /// Teacher requests made (repairs included).
     #[serde(default)]
     pub requests: usize,
@@ -153,6 +157,7 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         windows_parsed: parsed.len(),
         failures,
         windows_incomplete: dataset.incomplete,
+        salvaged_message_examples: dataset.salvaged_messages,
         requests: entries.iter().map(|e| e.requests.max(1)).sum(),
         messages_skipped: parsed.iter().map(|e| e.skipped.len()).sum(),
         messages: parsed
@@ -243,6 +248,11 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
         stats.empty_message_examples
     );
     let _ = writeln!(md, "| windows left out: a record the teacher found was dropped | {} |", stats.windows_incomplete);
+    let _ = writeln!(
+        md,
+        "| · their messages kept one at a time (every record of the message kept), in `messages/` | {} |",
+        stats.salvaged_message_examples
+    );
     let _ = writeln!(md, "| teacher requests (re-asks included) | {} |", stats.requests);
     if stats.messages > 0 {
         let _ = writeln!(

@@ -243,3 +243,72 @@ fn replies_cut_at_the_token_limit_are_typed_failures_and_no_training_example() {
     let data = memkit_teacher::dataset::build(&recipe, &corpus).unwrap();
     assert!(data.train.is_empty() && data.valid.is_empty());
 }
+
+/// A ledger entry written by hand: records and drops as `(source_id, content)` /
+/// `(reason, raw)`.
+fn entry(window_id: &str, complete: bool, records: &[(u32, &str)], dropped: &[(&str, String)]) -> String {
+    let record = |id: u32, content: &str| {
+        serde_json::json!({"source_id": id, "source_speaker": "user", "content": content, "dimension": {"memory_type": "fact",
+            "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+    };
+    serde_json::json!({
+        "window_id": window_id, "source": "memorybank", "model": "m", "key": "k", "status": "ok",
+        "records": records.iter().map(|&(id, c)| record(id, c)).collect::<Vec<_>>(),
+        "dropped": dropped.iter().map(|(reason, raw)| serde_json::json!({"reason": reason, "raw": raw})).collect::<Vec<_>>(),
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "millis": 1},
+        "complete": complete,
+    })
+    .to_string()
+}
+
+#[test]
+fn an_incomplete_window_keeps_the_messages_whose_records_were_all_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(&dir.path().join("out"), 3, &openai("http://127.0.0.1:9", 0));
+    let corpus = memkit_teacher::corpus::select(&recipe.corpus, &memkit_data::shared_data_dir()).unwrap();
+    let [w0, w1, w2] = [0, 1, 2].map(|i| &corpus.windows[i].window);
+    let (first, last) = (w1.context as u32 + 1, w1.messages.len() as u32);
+    // w0 is complete. w1 lost a record of its first new message (first person, its JSON names
+    // it) and dropped a duplicate of its last (not a finding: nothing lost there). w2 lost a
+    // record cut off before it named its message, so none of w2 can be trusted.
+    let ledger = [
+        entry(&w0.id, true, &[(w0.context as u32 + 1, "The user likes tea.")], &[]),
+        entry(
+            &w1.id,
+            false,
+            &[(last, "The user walks the dog.")],
+            &[
+                ("first_person", format!(r#"{{"source_id":{first},"source_speaker":"user","content":"I like rain."}}"#)),
+                ("duplicate", format!(r#"{{"source_id":{last},"source_speaker":"user","content":"The user walks the dog."}}"#)),
+            ],
+        ),
+        entry(&w2.id, false, &[(3, "The user reads.")], &[("truncated", r#"{"sour"#.to_owned())]),
+    ];
+    std::fs::create_dir_all(recipe.out_dir()).unwrap();
+    std::fs::write(ledger_path(&recipe.out_dir()), ledger.join("\n") + "\n").unwrap();
+
+    let data = memkit_teacher::dataset::build(&recipe, &corpus).unwrap();
+    assert_eq!(data.incomplete, 2);
+    let whole: Vec<&str> = data.train.iter().chain(&data.valid).map(|e| e.window_id.as_str()).collect();
+    assert_eq!(whole, [w0.id.as_str()], "only the complete window is a whole example");
+    let of = |w: &memkit_data::Window| -> Vec<String> {
+        data.train_messages
+            .iter()
+            .chain(&data.valid_messages)
+            .map(|e| e.window_id.clone())
+            .filter(|id| id.starts_with(&format!("{}/", w.id)))
+            .collect()
+    };
+    assert_eq!(of(w0).len(), w0.suffix().len());
+    let expected: Vec<String> = (first + 1..=last).map(|n| format!("{}/m{n}", w1.id)).collect();
+    assert_eq!(of(w1), expected, "every new message of w1 but the one that lost a record");
+    assert!(of(w2).is_empty());
+    assert_eq!(data.salvaged_messages, expected.len());
+    // The salvaged messages follow the complete windows' in their split, and carry their records.
+    for split in [&data.train_messages, &data.valid_messages] {
+        let salvaged = split.iter().position(|e| e.window_id.starts_with(&format!("{}/", w1.id))).unwrap_or(split.len());
+        assert!(split[salvaged..].iter().all(|e| e.window_id.starts_with(&format!("{}/", w1.id))));
+    }
+    let walk = data.train_messages.iter().chain(&data.valid_messages).find(|e| e.window_id == format!("{}/m{last}", w1.id)).unwrap();
+    assert!(walk.messages.last().unwrap().content.contains("The user walks the dog."), "{walk:?}");
+}

@@ -466,7 +466,8 @@ enum AttentionKernel {
     /// backward (its `attention` is `attention_fallback`, this same sequence of ops, each kept for
     /// backward), and the fallback adds a score-sized scale and a fresh causal mask per layer,
     /// where this path scales the queries and shares the mask.
-    Materialised(Tensor<4>),
+    /// (Boxed: a tensor handle is a few hundred bytes, the fused variant none.)
+    Materialised(Box<Tensor<4>>),
 }
 
 impl AttentionKernel {
@@ -478,7 +479,9 @@ impl AttentionKernel {
     /// The materialised ops with their causal mask for `seq_len` positions.
     fn materialised(device: &Device, seq_len: usize) -> Self {
         let causal = Tensor::<2, Bool>::tril_mask([seq_len, seq_len], 0, device);
-        AttentionKernel::Materialised(Tensor::<2>::zeros([seq_len, seq_len], device).mask_fill(causal, f32::NEG_INFINITY).unsqueeze::<4>())
+        AttentionKernel::Materialised(Box::new(
+            Tensor::<2>::zeros([seq_len, seq_len], device).mask_fill(causal, f32::NEG_INFINITY).unsqueeze::<4>(),
+        ))
     }
 
     /// # Shapes
@@ -494,7 +497,7 @@ impl AttentionKernel {
                 // The scale goes on the queries ([.., seq_len, hd]) rather than on the scores
                 // ([.., seq_len, seq_len]): the same product, with one op over seq_len/hd times
                 // fewer elements, forward and backward.
-                let scores = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)) + mask.clone(); // [batch, heads, seq_len, seq_len]
+                let scores = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)) + (**mask).clone(); // [batch, heads, seq_len, seq_len]
                 softmax(scores, 3).matmul(v)
             }
         }

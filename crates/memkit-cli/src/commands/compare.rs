@@ -139,8 +139,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let bar = bars.bar(rows.len() as u64, "compare");
     let (result, _, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
     bar.finish_and_clear();
-    print(&result, model, data);
-    println!("near-duplicate records dropped before matching (as extraction does): {duplicates}");
+    print(&result, model, data, duplicates);
     if let Some(out) = &args.out {
         let json = serde_json::json!({"model": model, "data": data, "agreement": result, "duplicates_dropped": duplicates});
         std::fs::write(out, serde_json::to_string_pretty(&json)?).with_context(|| format!("cannot write {}", out.display()))?;
@@ -252,10 +251,11 @@ Made by `{command}`{}.
     Ok(())
 }
 
-/// The GGUF to load: the file, a packaged model, or an HF folder converted to f16 beside it.
+/// The agreement of a `--model` / `--data` run, on stdout.
 #[allow(clippy::print_stdout)]
-fn print(a: &Agreement, model: &str, data: &Path) {
+fn print(a: &Agreement, model: &str, data: &Path, duplicates: usize) {
     println!("{model} vs the teacher on {} windows of {}", a.windows, data.display());
+    println!("near-duplicate records dropped before matching (as extraction does): {duplicates}");
     println!("JSON validity      {:.1}%", 100.0 * a.json_validity);
     println!("records            teacher {} / model {} / matched {}", a.reference_records, a.candidate_records, a.matched);
     println!("precision / recall / F1   {:.3} / {:.3} / {:.3}", a.precision, a.recall, a.f1);

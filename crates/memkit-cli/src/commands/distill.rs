@@ -147,7 +147,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 
     let (corpus, teacher_id, price) = if args.write_only {
         let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
-        (corpus, teacher_name(&recipe), price_of(&recipe))
+        (corpus, String::new(), price_of(&recipe))
     } else {
         let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens).context("starting the teacher")?;
         let grounder = Grounder::with_installed_embedder(recipe.grounding).context("loading the grounding embedder")?;
@@ -166,6 +166,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     };
 
     let data = dataset::build(&recipe, &corpus)?;
+    // Rewriting from the ledger: the teachers that labelled it, not the one the recipe names now.
+    let teacher_id = if args.write_only { ledger_teachers(&data.entries).unwrap_or_else(|| teacher_name(&recipe)) } else { teacher_id };
     dataset::write_jsonl(&data, &out_dir)?;
     memkit_teacher::frames::write(&data, &out_dir)?;
     let batch = match &recipe.teacher {
@@ -192,6 +194,12 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The teacher ids of a ledger's entries, in order, joined (`None` for an empty ledger).
+fn ledger_teachers(entries: &[memkit_teacher::ledger::Entry]) -> Option<String> {
+    let ids: std::collections::BTreeSet<&str> = entries.iter().map(|e| e.model.as_str()).collect();
+    (!ids.is_empty()).then(|| ids.into_iter().collect::<Vec<_>>().join(", "))
+}
+
 fn teacher_name(recipe: &DistillRecipe) -> String {
     match &recipe.teacher {
         TeacherSpec::Local { model, .. } => format!("local:{model}"),
@@ -212,7 +220,8 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
          - Teacher: `{teacher}`\n- Made with: `{command}` (after `memkit models fetch` of the teacher); re-running it skips \
          finished windows and rewrites these files from `ledger.jsonl`.\n\
          - Windows: {finished} labelled of {drawn} drawn ({train} train / {valid} valid examples, split by dialogue; \
-         {incomplete} left out because a record the teacher found was dropped).\n\n\
+         {incomplete} left out because a record the teacher found was dropped; {salvaged} of their messages whose own records \
+         were all kept are in `messages/`, after the complete windows' examples).\n\n\
          Files: `ledger.jsonl` (every finished window: how the teacher was asked, the validated and grounded records, \
          dropped records with the typed reason, each record's grounding decision with the teacher's own `source_id`, \
          re-asks, skipped messages, tokens and time), `failures.jsonl` (replies that were not whole, with the typed \
@@ -234,5 +243,6 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
         train = s.train_examples,
         valid = s.valid_examples,
         incomplete = s.windows_incomplete,
+        salvaged = s.salvaged_message_examples,
     )
 }
