@@ -394,7 +394,7 @@ fn complete(state: &AppState, request: ChatCompletionRequest) -> std::result::Re
     };
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let finish_reason = match generation.finish_reason {
-        FinishReason::Stop | FinishReason::StopString => "stop",
+        FinishReason::Stop | FinishReason::StopString | FinishReason::Repeat => "stop",
         FinishReason::Length => "length",
     };
     Ok(ChatCompletionResponse {

@@ -347,3 +347,33 @@ fn dry_damps_a_reply_that_loops() {
     assert!(distinct(&plain.text) < 6, "the control must repeat itself: {:?}", plain.text);
     assert!(distinct(&dry.text) > distinct(&plain.text), "DRY did not damp the loop:\n{:?}\n{:?}", plain.text, dry.text);
 }
+
+#[test]
+fn a_reply_ends_at_its_first_repeated_item_as_the_free_reply_had_it() {
+    use memkit_infer::generate::RepeatedItem;
+    let Some(path) = smollm2() else { return };
+    let mut engine = LlamaEngine::load(&path, options()).unwrap();
+    let schema = serde_json::json!({"type": "object", "required": ["memories"], "additionalProperties": false,
+        "properties": {"memories": {"type": "array", "maxItems": 8, "items": {"type": "object", "required": ["content"],
+            "additionalProperties": false, "properties": {"content": {"type": "string", "maxLength": 60}}}}}});
+    let prompt = format!(
+        "{SYSTEM}{}",
+        user_turn("List what Ann told you as JSON memories. Ann: I love tea. I love tea. I love tea. I love tea. I love tea.")
+    );
+    let request = GenerateRequest::new(prompt.as_str()).with_max_tokens(400).with_json_schema(schema);
+    let free = engine.generate(&request).unwrap();
+    let ended = engine.generate(&request.clone().with_end_at_repeat(RepeatedItem { field: "content".into(), min_f1: 0.8 })).unwrap();
+    assert_eq!(ended.finish_reason, FinishReason::Repeat, "the model did not repeat an item: {free:?}");
+    assert!(ended.completion_tokens < free.completion_tokens, "{ended:?} {free:?}");
+    // The ended reply is JSON: the free reply's items up to the first repeat, closed.
+    let items = |text: &str| -> Vec<String> {
+        let value: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        value["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_owned()).collect()
+    };
+    let kept = items(&ended.text);
+    assert!(!kept.is_empty());
+    let all = items(&free.text);
+    assert!(all.len() > kept.len(), "{all:?}");
+    assert_eq!(kept, all[..kept.len()]);
+    assert!(kept.iter().any(|k| memkit_text::f1::f1_score(&all[kept.len()], k) >= 0.8), "{all:?}");
+}

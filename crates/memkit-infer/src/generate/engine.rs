@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tracing::instrument;
 
 use super::error::GenerateError;
+use super::repeat::ItemWatch;
 use super::request::{FinishReason, GenerateRequest, Generation, Prompt, Sampling, Timings};
 use super::stop::StopStrings;
 use crate::Result;
@@ -169,6 +170,7 @@ struct Slot<'r> {
     prompt: Vec<LlamaToken>,
     sampler: LlamaSampler,
     stop: StopStrings,
+    repeat: Option<ItemWatch>,
     /// Position of the next token of this sequence.
     pos: i32,
     /// Sampled and not yet decoded.
@@ -362,6 +364,7 @@ impl LlamaEngine {
                 prompt,
                 sampler,
                 stop: StopStrings::new(&request.stop),
+                repeat: request.end_at_repeat.clone().map(ItemWatch::new),
                 pos: 0,
                 pending: None,
                 text: Vec::new(),
@@ -578,6 +581,9 @@ impl Slot<'_> {
         if let Some(cut) = self.stop.find(&self.text, from) {
             self.text.truncate(cut);
             self.finish_reason = Some(FinishReason::StopString);
+        } else if let Some(reply) = self.repeat.as_mut().and_then(|w| w.feed(&self.text)) {
+            self.text = reply;
+            self.finish_reason = Some(FinishReason::Repeat);
         } else if self.completion_tokens >= self.request.max_tokens {
             self.finish_reason = Some(FinishReason::Length);
         } else {

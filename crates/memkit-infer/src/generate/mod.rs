@@ -39,9 +39,10 @@
 
 mod engine;
 mod error;
+mod repeat;
 mod request;
 mod stop;
 
 pub use engine::{EngineOptions, LlamaEngine, ModelMeta};
 pub use error::GenerateError;
-pub use request::{Dry, FinishReason, GenerateRequest, Generation, Prompt, Sampling, Timings};
+pub use request::{Dry, FinishReason, GenerateRequest, Generation, Prompt, RepeatedItem, Sampling, Timings};

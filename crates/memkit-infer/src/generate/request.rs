@@ -100,12 +100,37 @@ pub struct GenerateRequest {
     /// Repetition control (none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry: Option<Dry>,
+    /// Ends a JSON reply at its first array item that nearly repeats an earlier one (none by
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at_repeat: Option<RepeatedItem>,
+}
+
+/// When a JSON reply's array item counts as a repeat: its string `field` has token F1 (LoCoMo's,
+/// stemmed) of at least `min_f1` with that of an earlier object item of the same array. The
+/// reply then ends after the item before it, its open arrays and objects closed, with
+/// [`FinishReason::Repeat`]: small models asked for a list loop, and a repeat is dropped anyway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatedItem {
+    /// The string field compared (e.g. a record's `content`).
+    pub field: String,
+    /// Token F1 at which two items are one.
+    pub min_f1: f64,
 }
 
 impl GenerateRequest {
     /// A greedy request of at most 256 tokens, without stop strings or schema.
     pub fn new(prompt: impl Into<Prompt>) -> Self {
-        Self { prompt: prompt.into(), max_tokens: 256, sampling: Sampling::Greedy, stop: Vec::new(), json_schema: None, dry: None }
+        Self {
+            prompt: prompt.into(),
+            max_tokens: 256,
+            sampling: Sampling::Greedy,
+            stop: Vec::new(),
+            json_schema: None,
+            dry: None,
+            end_at_repeat: None,
+        }
     }
 
     /// Sets [`Self::max_tokens`].
@@ -136,6 +161,13 @@ impl GenerateRequest {
         self
     }
 
+    /// Sets [`Self::end_at_repeat`].
+    #[must_use]
+    pub fn with_end_at_repeat(mut self, rule: RepeatedItem) -> Self {
+        self.end_at_repeat = Some(rule);
+        self
+    }
+
     /// Sets [`Self::json_schema`].
     #[must_use]
     pub fn with_json_schema(mut self, schema: serde_json::Value) -> Self {
@@ -154,6 +186,9 @@ pub enum FinishReason {
     Length,
     /// The text reached one of the request's stop strings.
     StopString,
+    /// A JSON array item repeated an earlier one ([`GenerateRequest::end_at_repeat`]): the text
+    /// ends after the item before it, closed.
+    Repeat,
 }
 
 /// Wall-clock time spent on a request, in milliseconds.
