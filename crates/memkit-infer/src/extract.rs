@@ -534,7 +534,7 @@ mod local {
             let requests: Vec<ChatRequest> = chats
                 .iter()
                 .map(|c| {
-                    ChatRequest { end_at_repeated_record: true, ..ChatRequest::new(c.clone(), self.config.max_tokens) }
+                    ChatRequest { end_at_repeated_record: false, ..ChatRequest::new(c.clone(), self.config.max_tokens) }
                         .with_schema(self.schema.clone())
                 })
                 .collect();
