@@ -26,17 +26,12 @@ pub struct ChatRequest {
     /// Damp repeats of the reply's own earlier text (in-process: llama.cpp's DRY sampler with
     /// its recommended settings; a server decodes as it does).
     pub avoid_repeats: bool,
-    /// End an extraction reply at its first record whose `content` nearly repeats an earlier
-    /// record's ([`crate::extract::NEAR_DUPLICATE_F1`]), closed after the record before it
-    /// (in-process; a server decodes as it does). Extraction drops such a record anyway; this
-    /// saves decoding it and the loop that usually follows.
-    pub end_at_repeated_record: bool,
 }
 
 impl ChatRequest {
     /// A request without schema or repetition control.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> Self {
-        Self { messages, max_tokens, schema: None, avoid_repeats: false, end_at_repeated_record: false }
+        Self { messages, max_tokens, schema: None, avoid_repeats: false }
     }
 
     /// Sets [`Self::schema`].

@@ -290,9 +290,9 @@ mod local {
     use memkit_data::Window;
     use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, GGUF_PROMPT_KEY, Prompts};
 
-    use super::{ExtractConfig, Extraction, Extractor, NEAR_DUPLICATE_F1, Usage, render_messages, with_trained};
+    use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages, with_trained};
     use crate::chat::{ChatModel, ChatRequest, Reply};
-    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine, RepeatedItem};
+    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
     use crate::{Error, Result};
 
     impl ChatModel for LocalChat {
@@ -440,9 +440,6 @@ mod local {
                         if requests[i].avoid_repeats {
                             request = request.with_dry(Dry::default());
                         }
-                        if requests[i].end_at_repeated_record {
-                            request = request.with_end_at_repeat(RepeatedItem { field: "content".to_owned(), min_f1: NEAR_DUPLICATE_F1 });
-                        }
                         request
                     })
                     .collect();
@@ -527,17 +524,11 @@ mod local {
         }
 
         /// Replies to already rendered extraction chats (system and user messages, e.g. the
-        /// prompts of a distilled dataset), constrained by the schema and ended at their first
-        /// repeated record ([`ChatRequest::end_at_repeated_record`]), in batches after their
+        /// prompts of a distilled dataset), constrained by the schema, in batches after their
         /// shared prefix.
         pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
-            let requests: Vec<ChatRequest> = chats
-                .iter()
-                .map(|c| {
-                    ChatRequest { end_at_repeated_record: false, ..ChatRequest::new(c.clone(), self.config.max_tokens) }
-                        .with_schema(self.schema.clone())
-                })
-                .collect();
+            let requests: Vec<ChatRequest> =
+                chats.iter().map(|c| ChatRequest::new(c.clone(), self.config.max_tokens).with_schema(self.schema.clone())).collect();
             self.chat.complete(&requests)
         }
     }

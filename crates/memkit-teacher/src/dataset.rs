@@ -147,13 +147,13 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
                 windows.push(example(&w.window, entry.records.clone())?);
                 messages.extend(one_by_one);
             } else {
-                dataset.salvaged_messages += one_by_one.len();
                 (if valid { &mut salvaged_valid } else { &mut salvaged_train }).extend(one_by_one);
             }
         }
         dataset.entries.push(entry);
     }
     dataset.stale = done.len();
+    dataset.salvaged_messages = salvaged_train.len() + salvaged_valid.len();
     dataset.train_messages.append(&mut salvaged_train);
     dataset.valid_messages.append(&mut salvaged_valid);
     Ok(dataset)

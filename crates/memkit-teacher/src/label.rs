@@ -62,13 +62,7 @@ pub fn plan(
 ) -> Result<Plan> {
     let config = generation.extract_config();
     let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
-        let request = ChatRequest {
-            messages,
-            max_tokens: config.max_tokens,
-            schema: Some(schema),
-            avoid_repeats: labelling.avoid_repeats,
-            end_at_repeated_record: false,
-        };
+        let request = ChatRequest { messages, max_tokens: config.max_tokens, schema: Some(schema), avoid_repeats: labelling.avoid_repeats };
         Ask { targets, key: cache_key(model_id, &request, generation), request }
     };
     match mode {

@@ -147,7 +147,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 
     let (corpus, teacher_id, price) = if args.write_only {
         let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
-        (corpus, String::new(), price_of(&recipe))
+        (corpus, None, price_of(&recipe))
     } else {
         let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens).context("starting the teacher")?;
         let grounder = Grounder::with_installed_embedder(recipe.grounding).context("loading the grounding embedder")?;
@@ -162,12 +162,12 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
             already_done = summary.already_done,
             "run finished"
         );
-        (corpus, teacher.id().to_owned(), teacher.price())
+        (corpus, Some(teacher.id().to_owned()), teacher.price())
     };
 
     let data = dataset::build(&recipe, &corpus)?;
     // Rewriting from the ledger: the teachers that labelled it, not the one the recipe names now.
-    let teacher_id = if args.write_only { ledger_teachers(&data.entries).unwrap_or_else(|| teacher_name(&recipe)) } else { teacher_id };
+    let teacher_id = teacher_id.or_else(|| ledger_teachers(&data.entries)).unwrap_or_else(|| teacher_name(&recipe));
     dataset::write_jsonl(&data, &out_dir)?;
     memkit_teacher::frames::write(&data, &out_dir)?;
     let batch = match &recipe.teacher {
