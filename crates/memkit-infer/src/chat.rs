@@ -3,16 +3,32 @@
 //! extractors and the eval's answer and judge models all ask their models through it.
 //!
 //! A [`ChatRequest`] is the messages, a token limit, an optional JSON schema (constrained
-//! decoding in-process, `response_format` on a server) and whether to damp repeats; the reply is
+//! decoding in-process, `response_format` on a server), whether to damp repeats and whether to end
+//! a JSON list at its first repeated item; the reply is
 //! the text with its [`Usage`]. Replies are greedy.
 
 use std::time::Instant;
 
 use memkit_prompt::ChatMessage;
+use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::extract::Usage;
 use crate::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, ResponseFormat};
+
+/// When a JSON reply's array item counts as a repeat: its string `field` has token F1 (LoCoMo's,
+/// stemmed) of at least `min_f1` with that of an earlier object item of the same array. The
+/// reply then ends after the item before it, its open arrays and objects closed (finish reason
+/// `stop`): small models asked for a list loop, and a repeat is dropped anyway. In-process and
+/// behind `memkit serve` (the request's `end_at_repeat`, a memkit extension other servers ignore).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepeatedItem {
+    /// The string field compared (e.g. a record's `content`).
+    pub field: String,
+    /// Token F1 at which two items are one.
+    pub min_f1: f64,
+}
 
 /// One chat completion to make.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,18 +42,27 @@ pub struct ChatRequest {
     /// Damp repeats of the reply's own earlier text (in-process: llama.cpp's DRY sampler with
     /// its recommended settings; a server decodes as it does).
     pub avoid_repeats: bool,
+    /// End the JSON reply at its first array item that nearly repeats an earlier one.
+    pub end_at_repeat: Option<RepeatedItem>,
 }
 
 impl ChatRequest {
     /// A request without schema or repetition control.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> Self {
-        Self { messages, max_tokens, schema: None, avoid_repeats: false }
+        Self { messages, max_tokens, schema: None, avoid_repeats: false, end_at_repeat: None }
     }
 
     /// Sets [`Self::schema`].
     #[must_use]
     pub fn with_schema(mut self, schema: serde_json::Value) -> Self {
         self.schema = Some(schema);
+        self
+    }
+
+    /// Sets [`Self::end_at_repeat`].
+    #[must_use]
+    pub fn with_end_at_repeat(mut self, rule: RepeatedItem) -> Self {
+        self.end_at_repeat = Some(rule);
         self
     }
 
@@ -50,6 +75,7 @@ impl ChatRequest {
         request.response_format = self.schema.as_ref().map(|schema| ResponseFormat::JsonSchema {
             json_schema: JsonSchemaFormat { name: "reply".into(), schema: Some(schema.clone()), strict: Some(true) },
         });
+        request.end_at_repeat = self.end_at_repeat.clone();
         request
     }
 }

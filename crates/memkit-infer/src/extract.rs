@@ -23,6 +23,7 @@ use memkit_schema::{
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::chat::RepeatedItem;
 use crate::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, ResponseFormat};
 
 /// Tokens and time one window took.
@@ -48,6 +49,13 @@ pub const NEAR_DUPLICATE_F1: f64 = 0.8;
 /// agreement scorers.
 pub fn repeated<'a>(content: &str, earlier: &'a [ExtractedMemory]) -> Option<&'a ExtractedMemory> {
     earlier.iter().find(|k| memkit_text::f1::f1_score(content, &k.content) >= NEAR_DUPLICATE_F1)
+}
+
+/// The generation rule of every extractor: the reply ends at its first record whose content
+/// nearly repeats an earlier record's ([`NEAR_DUPLICATE_F1`]), the record [`repeated`] would
+/// drop, so a looping model stops instead of decoding repeats up to its token limit.
+pub fn end_at_repeated_record() -> RepeatedItem {
+    RepeatedItem { field: "content".into(), min_f1: NEAR_DUPLICATE_F1 }
 }
 
 /// What an extractor made of one window.
@@ -251,6 +259,7 @@ impl OpenAiExtractor {
         request.response_format = Some(ResponseFormat::JsonSchema {
             json_schema: JsonSchemaFormat { name: "memories".into(), schema: Some(self.schema.clone()), strict: Some(true) },
         });
+        request.end_at_repeat = Some(end_at_repeated_record());
         Ok(request)
     }
 }
@@ -290,7 +299,7 @@ mod local {
     use memkit_data::Window;
     use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate, GGUF_PROMPT_KEY, Prompts};
 
-    use super::{ExtractConfig, Extraction, Extractor, Usage, render_messages, with_trained};
+    use super::{ExtractConfig, Extraction, Extractor, Usage, end_at_repeated_record, render_messages, with_trained};
     use crate::chat::{ChatModel, ChatRequest, Reply};
     use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
     use crate::{Error, Result};
@@ -440,6 +449,9 @@ mod local {
                         if requests[i].avoid_repeats {
                             request = request.with_dry(Dry::default());
                         }
+                        if let Some(rule) = &requests[i].end_at_repeat {
+                            request = request.with_end_at_repeat(rule.clone());
+                        }
                         request
                     })
                     .collect();
@@ -527,8 +539,14 @@ mod local {
         /// prompts of a distilled dataset), constrained by the schema, in batches after their
         /// shared prefix.
         pub fn complete(&self, chats: &[Vec<ChatMessage>]) -> Result<Vec<Generation>> {
-            let requests: Vec<ChatRequest> =
-                chats.iter().map(|c| ChatRequest::new(c.clone(), self.config.max_tokens).with_schema(self.schema.clone())).collect();
+            let requests: Vec<ChatRequest> = chats
+                .iter()
+                .map(|c| {
+                    ChatRequest::new(c.clone(), self.config.max_tokens)
+                        .with_schema(self.schema.clone())
+                        .with_end_at_repeat(end_at_repeated_record())
+                })
+                .collect();
             self.chat.complete(&requests)
         }
     }

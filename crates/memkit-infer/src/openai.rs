@@ -14,6 +14,7 @@ use memkit_prompt::ChatMessage;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
+use crate::chat::RepeatedItem;
 use crate::{Error, Result};
 
 /// The environment variable holding the API key unless [`OpenAiConfig::api_key_env`] names
@@ -94,6 +95,10 @@ pub struct ChatCompletionRequest {
     /// Text, JSON or JSON-schema output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// memkit's extension, applied by `memkit serve` and ignored by other servers: end the JSON
+    /// reply at its first array item that nearly repeats an earlier one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at_repeat: Option<RepeatedItem>,
 }
 
 impl ChatCompletionRequest {
@@ -108,6 +113,7 @@ impl ChatCompletionRequest {
             seed: None,
             stop: None,
             response_format: None,
+            end_at_repeat: None,
         }
     }
 }

@@ -361,6 +361,15 @@ fn generate_request(request: &ChatCompletionRequest, prompt: String, limits: &Li
     if let Some(stop) = request.stop.clone() {
         generate = generate.with_stop(stop.into_vec().into_iter().filter(|s| !s.is_empty()));
     }
+    if let Some(rule) = &request.end_at_repeat {
+        if !(rule.min_f1 > 0.0 && rule.min_f1 <= 1.0) {
+            return Err(ApiError::bad_request(format!("end_at_repeat.min_f1 must be in (0, 1], got {}", rule.min_f1)));
+        }
+        if rule.field.is_empty() {
+            return Err(ApiError::bad_request("end_at_repeat.field must name a string field"));
+        }
+        generate = generate.with_end_at_repeat(rule.clone());
+    }
     match &request.response_format {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) => generate = generate.with_json_schema(json!({"type": "object"})),
@@ -436,16 +445,28 @@ mod tests {
         sampled.stop = Some(Stop::Many(vec!["\n".into(), String::new()]));
         let g = generate_request(&sampled, "p".into(), &Limits::default()).ok().unwrap();
         assert_eq!(g.sampling, Sampling::Temperature { temperature: 0.7, top_p: 0.9, seed: 7 });
-        assert_eq!((g.max_tokens, g.stop), (5, vec!["\n".to_owned()]));
+        assert_eq!((g.max_tokens, g.stop, g.end_at_repeat), (5, vec!["\n".to_owned()], None));
+    }
+
+    #[test]
+    fn the_repeat_rule_travels_to_the_engine() {
+        let mut r = request();
+        let rule = crate::chat::RepeatedItem { field: "content".into(), min_f1: 0.8 };
+        r.end_at_repeat = Some(rule.clone());
+        // As a client writes it on the wire.
+        let wire: ChatCompletionRequest = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(generate_request(&wire, "p".into(), &Limits::default()).ok().unwrap().end_at_repeat, Some(rule));
     }
 
     #[test]
     fn bad_parameters_are_client_errors() {
-        let cases: [fn(&mut ChatCompletionRequest); 5] = [
+        let cases: [fn(&mut ChatCompletionRequest); 7] = [
             |r| r.max_tokens = Some(0),
             |r| r.max_tokens = Some(Limits::default().max_tokens + 1),
             |r| r.temperature = Some(-1.0),
             |r| r.top_p = Some(0.0),
+            |r| r.end_at_repeat = Some(crate::chat::RepeatedItem { field: "content".into(), min_f1: 0.0 }),
+            |r| r.end_at_repeat = Some(crate::chat::RepeatedItem { field: String::new(), min_f1: 0.8 }),
             |r| {
                 r.response_format =
                     Some(ResponseFormat::JsonSchema { json_schema: JsonSchemaFormat { name: "x".into(), schema: None, strict: None } })

@@ -62,7 +62,8 @@ pub fn plan(
 ) -> Result<Plan> {
     let config = generation.extract_config();
     let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
-        let request = ChatRequest { messages, max_tokens: config.max_tokens, schema: Some(schema), avoid_repeats: labelling.avoid_repeats };
+        let request =
+            ChatRequest { avoid_repeats: labelling.avoid_repeats, ..ChatRequest::new(messages, config.max_tokens).with_schema(schema) };
         Ask { targets, key: cache_key(model_id, &request, generation), request }
     };
     match mode {

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::chat::RepeatedItem;
+
 /// The prompt of a request: text already rendered with the chat template, or token ids.
 ///
 /// Text is tokenised with special tokens parsed (`<|im_start|>` becomes its control token).
@@ -104,19 +106,6 @@ pub struct GenerateRequest {
     /// default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at_repeat: Option<RepeatedItem>,
-}
-
-/// When a JSON reply's array item counts as a repeat: its string `field` has token F1 (LoCoMo's,
-/// stemmed) of at least `min_f1` with that of an earlier object item of the same array. The
-/// reply then ends after the item before it, its open arrays and objects closed, with
-/// [`FinishReason::Repeat`]: small models asked for a list loop, and a repeat is dropped anyway.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RepeatedItem {
-    /// The string field compared (e.g. a record's `content`).
-    pub field: String,
-    /// Token F1 at which two items are one.
-    pub min_f1: f64,
 }
 
 impl GenerateRequest {
