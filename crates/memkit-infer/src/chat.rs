@@ -3,9 +3,9 @@
 //! extractors and the eval's answer and judge models all ask their models through it.
 //!
 //! A [`ChatRequest`] is the messages, a token limit, an optional JSON schema (constrained
-//! decoding in-process, `response_format` on a server), whether to damp repeats and whether to end
-//! a JSON list at its first repeated item; the reply is
-//! the text with its [`Usage`]. Replies are greedy.
+//! decoding in-process, `response_format` on a server), whether to damp repeats and whether to
+//! end a JSON list at its first repeated item; the reply is the text with its [`Usage`]. Replies
+//! are greedy.
 
 use std::time::Instant;
 

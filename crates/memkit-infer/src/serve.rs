@@ -430,6 +430,7 @@ mod tests {
     use memkit_prompt::ChatMessage;
 
     use super::*;
+    use crate::chat::RepeatedItem;
     use crate::openai::{JsonSchemaFormat, Stop};
 
     fn request() -> ChatCompletionRequest {
@@ -451,7 +452,7 @@ mod tests {
     #[test]
     fn the_repeat_rule_travels_to_the_engine() {
         let mut r = request();
-        let rule = crate::chat::RepeatedItem { field: "content".into(), min_f1: 0.8 };
+        let rule = RepeatedItem { field: "content".into(), min_f1: 0.8 };
         r.end_at_repeat = Some(rule.clone());
         // As a client writes it on the wire.
         let wire: ChatCompletionRequest = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
@@ -465,8 +466,8 @@ mod tests {
             |r| r.max_tokens = Some(Limits::default().max_tokens + 1),
             |r| r.temperature = Some(-1.0),
             |r| r.top_p = Some(0.0),
-            |r| r.end_at_repeat = Some(crate::chat::RepeatedItem { field: "content".into(), min_f1: 0.0 }),
-            |r| r.end_at_repeat = Some(crate::chat::RepeatedItem { field: String::new(), min_f1: 0.8 }),
+            |r| r.end_at_repeat = Some(RepeatedItem { field: "content".into(), min_f1: 0.0 }),
+            |r| r.end_at_repeat = Some(RepeatedItem { field: String::new(), min_f1: 0.8 }),
             |r| {
                 r.response_format =
                     Some(ResponseFormat::JsonSchema { json_schema: JsonSchemaFormat { name: "x".into(), schema: None, strict: None } })
