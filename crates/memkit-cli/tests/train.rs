@@ -36,6 +36,8 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
         // Schema-constrained decoding: every reply parses, whatever the tiny model knows.
         assert_eq!(s["metrics"]["json_validity"], 1.0);
         assert!(s["value"].as_f64().unwrap() == s["metrics"]["f1"].as_f64().unwrap());
+        let interval: Vec<f64> = s["metrics"]["f1_interval"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert!(interval.len() == 2 && 0.0 <= interval[0] && interval[0] <= interval[1] && interval[1] <= 1.0, "{interval:?}");
     }
     let best: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("best/score.json")).unwrap()).unwrap();
     let top = scores.iter().map(|s| s["value"].as_f64().unwrap()).fold(f64::MIN, f64::max);
@@ -57,6 +59,9 @@ fn scoring_logs_every_evaluation_keeps_the_best_export_and_draws_the_curve() {
     let card = std::fs::read_to_string(bundle.join("README.md")).unwrap();
     assert!(card.contains("Agreement with the teacher when this export was chosen"), "{card}");
     assert!(card.contains(&format!("| {} | 2 | 1.000 |", best["step"])), "{card}");
+    let (f1, lo, hi) = (&best["metrics"]["f1"], &best["metrics"]["f1_interval"][0], &best["metrics"]["f1_interval"][1]);
+    let cell = format!("{:.3} ({:.3}–{:.3})", f1.as_f64().unwrap(), lo.as_f64().unwrap(), hi.as_f64().unwrap());
+    assert!(card.contains(&cell), "the F1 with its interval, {cell}: {card}");
     assert!(card.contains("Data: `crates/memkit-train/tests/fixtures/tiny`"), "the recipe is read from the run folder: {card}");
     assert!(card.contains(&format!("Validation at step {}:", best["step"])), "the kept export's own evaluation: {card}");
 }

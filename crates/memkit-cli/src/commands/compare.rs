@@ -23,6 +23,10 @@ use crate::progress::Bars;
 /// per-field agreement on matched records. An HF checkpoint folder is converted to a GGUF (f16)
 /// first.
 ///
+/// With --replies instead of --model: scores replies already made (a training run writes the
+/// replies of each scored export beside it, `replies.jsonl`) without running a model, e.g. with a
+/// newer scorer.
+///
 /// With --gold: compares each --records file (`memkit extract` output, any extractor) with the
 /// hand-written gold records (data/gold/): a record matches a gold record of the same dialogue
 /// and source turn with content token F1 ≥ 0.5; per-field agreement on the matches, and per-field
@@ -30,13 +34,18 @@ use crate::progress::Bars;
 ///
 /// Examples:
 ///   memkit compare --model checkpoints/student --data data/distilled/lme-filler/valid.jsonl --limit 20
+///   memkit compare --replies checkpoints/student/best/replies.jsonl --data data/distilled/lme-filler/valid.jsonl
 ///   memkit compare --gold data/gold/locomo-conv-30.jsonl --records rule=rule.jsonl --records teacher=teacher.jsonl
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// A GGUF file, a packaged model name, or an HF checkpoint folder (e.g. a `memkit train` run).
-    #[arg(long, required_unless_present = "gold", conflicts_with = "gold")]
+    #[arg(long, required_unless_present_any = ["gold", "replies"], conflicts_with_all = ["gold", "replies"])]
     model: Option<String>,
+    /// Replies already made for the first rows of --data (JSONL of `{"window_id", "reply"}`, as
+    /// training writes beside each scored export), to score instead of asking a model.
+    #[arg(long, conflicts_with = "gold")]
+    replies: Option<PathBuf>,
     /// A distilled `valid.jsonl` (or `train.jsonl`).
     #[arg(long, required_unless_present = "gold", conflicts_with = "gold")]
     data: Option<PathBuf>,
@@ -107,6 +116,46 @@ pub fn agreement_on(
     Ok((agreement, outputs, duplicates))
 }
 
+/// One reply of a `replies.jsonl`.
+#[derive(Debug, Deserialize)]
+struct Reply {
+    window_id: String,
+    reply: String,
+}
+
+/// The replies of a `replies.jsonl`, in file order; a bad line is an error naming it.
+fn read_replies(path: &Path) -> anyhow::Result<Vec<(usize, Reply)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, line)| {
+            let reply = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not a reply (expected {{\"window_id\", \"reply\"}})", path.display(), i + 1))?;
+            Ok((i + 1, reply))
+        })
+        .collect()
+}
+
+/// The replies' texts in row order: the n-th reply must be for the n-th row's window.
+fn replies_for(rows: &[Row], replies: Vec<(usize, Reply)>, path: &Path) -> anyhow::Result<Vec<String>> {
+    rows.iter()
+        .enumerate()
+        .zip(replies)
+        .map(|((i, row), (line, reply))| {
+            anyhow::ensure!(
+                reply.window_id == row.window_id,
+                "{}:{line}: the reply of window {}, where row {} of the data is window {}",
+                path.display(),
+                reply.window_id,
+                i + 1,
+                row.window_id
+            );
+            Ok(reply.reply)
+        })
+        .collect()
+}
+
 /// The agreement of replies (one per row, in row order) with the rows' teacher replies, and the
 /// records dropped as near duplicates ([`agreement_on`]).
 fn score_replies(rows: &[Row], outputs: &[String]) -> (Agreement, usize) {
@@ -132,13 +181,24 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     if !args.gold.is_empty() {
         return gold(&args);
     }
-    let (Some(model), Some(data)) = (&args.model, &args.data) else { anyhow::bail!("--model and --data, or --gold") };
-    let rows = read_rows(data, args.limit)?;
-    let gguf = super::model_gguf(model)?;
-    let extractor = args.generation.local_extractor(&gguf)?;
-    let bar = bars.bar(rows.len() as u64, "compare");
-    let (result, _, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
-    bar.finish_and_clear();
+    let Some(data) = &args.data else { anyhow::bail!("--model or --replies, with --data; or --gold") };
+    let (model, result, duplicates) = if let Some(path) = &args.replies {
+        let replies = read_replies(path)?;
+        let rows = read_rows(data, Some(args.limit.unwrap_or(usize::MAX).min(replies.len())))?;
+        let outputs = replies_for(&rows, replies, path)?;
+        let (result, duplicates) = score_replies(&rows, &outputs);
+        (path.display().to_string(), result, duplicates)
+    } else {
+        let model = args.model.as_ref().context("--model or --replies")?;
+        let rows = read_rows(data, args.limit)?;
+        let gguf = super::model_gguf(model)?;
+        let extractor = args.generation.local_extractor(&gguf)?;
+        let bar = bars.bar(rows.len() as u64, "compare");
+        let (result, _, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+        bar.finish_and_clear();
+        (model.clone(), result, duplicates)
+    };
+    let model = &model;
     print(&result, model, data, duplicates);
     if let Some(out) = &args.out {
         let json = serde_json::json!({"model": model, "data": data, "agreement": result, "duplicates_dropped": duplicates});
@@ -258,7 +318,14 @@ fn print(a: &Agreement, model: &str, data: &Path, duplicates: usize) {
     println!("near-duplicate records dropped before matching (as extraction does): {duplicates}");
     println!("JSON validity      {:.1}%", 100.0 * a.json_validity);
     println!("records            teacher {} / model {} / matched {}", a.reference_records, a.candidate_records, a.matched);
-    println!("precision / recall / F1   {:.3} / {:.3} / {:.3}", a.precision, a.recall, a.f1);
+    println!(
+        "precision / recall / F1   {:.3} / {:.3} / {:.3} (F1 95% bootstrap interval over windows {:.3}–{:.3})",
+        a.precision, a.recall, a.f1, a.f1_interval[0], a.f1_interval[1]
+    );
+    println!(
+        "windows the teacher left empty: {} (model records there: {}); windows only the model left empty: {}",
+        a.reference_empty_windows, a.candidate_records_where_reference_empty, a.candidate_empty_windows
+    );
     println!("content similarity {:.3} (token F1 of matched records)", a.content_similarity);
     for (field, v) in &a.fields {
         println!("  {field:<9} {:.3}", v);
@@ -304,5 +371,27 @@ mod tests {
         assert_eq!((a.reference_records, a.candidate_records, a.matched), (2, 2, 1));
         // precision 1/2, recall 1/2, F1 1/2.
         assert!((a.f1 - 0.5).abs() < 1e-12, "{a:?}");
+    }
+
+    #[test]
+    fn stored_replies_are_scored_in_row_order_and_a_stray_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replies.jsonl");
+        let teacher = records(&[(1, "The user adopted a dog named Max.")]);
+        let reply = |id: &str| serde_json::json!({"window_id": id, "reply": teacher}).to_string();
+        let mut rows = vec![row(&teacher), row(&teacher)];
+        rows[1].window_id = "v".into();
+
+        std::fs::write(&path, format!("{}\n\n{}\n", reply("w"), reply("v"))).unwrap();
+        let outputs = replies_for(&rows, read_replies(&path).unwrap(), &path).unwrap();
+        assert_eq!(score_replies(&rows, &outputs).0.f1, 1.0);
+
+        std::fs::write(&path, format!("{}\n\n{}\n", reply("w"), reply("x"))).unwrap();
+        let err = replies_for(&rows, read_replies(&path).unwrap(), &path).unwrap_err().to_string();
+        assert!(err.ends_with("replies.jsonl:3: the reply of window x, where row 2 of the data is window v"), "{err}");
+
+        std::fs::write(&path, format!("{}\n{{\"reply\": 1}}\n", reply("w"))).unwrap();
+        let err = format!("{:#}", read_replies(&path).unwrap_err());
+        assert!(err.contains("replies.jsonl:2: not a reply"), "{err}");
     }
 }

@@ -230,7 +230,7 @@ fn model_card(
         );
         let _ = writeln!(
             md,
-            "| step | windows | JSON validity | precision | recall | F1 | records / window | teacher's |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| step | windows | JSON validity | precision | recall | F1 (95% interval) | records / window | teacher's |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         let _ = writeln!(
             md,
@@ -240,7 +240,7 @@ fn model_card(
             f("json_validity"),
             f("precision"),
             f("recall"),
-            f("f1"),
+            f1_cell(m),
             f("records_per_window"),
             f("teacher_records_per_window")
         );
@@ -249,7 +249,7 @@ fn model_card(
         let _ = writeln!(md, "## Agreement with the teacher (held-out windows)\n");
         let _ = writeln!(
             md,
-            "| data | windows | JSON validity | precision | recall | F1 | type | time | keywords |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| data | windows | JSON validity | precision | recall | F1 (95% interval) | type | time | keywords |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for c in compares {
             let a = &c["agreement"];
@@ -263,7 +263,7 @@ fn model_card(
                 f("json_validity"),
                 f("precision"),
                 f("recall"),
-                f("f1"),
+                f1_cell(a),
                 field("type"),
                 field("time"),
                 field("keywords")
@@ -319,6 +319,16 @@ fn model_card(
 }
 
 /// Step, loss and accuracy of the eval line of metrics.jsonl at `step`, or of the last one.
+/// A score's F1 with its bootstrap interval when the score has one (`f1_interval`, older
+/// scores do not): `0.500 (0.410–0.590)`.
+fn f1_cell(metrics: &serde_json::Value) -> String {
+    let Some(f1) = metrics["f1"].as_f64() else { return "–".into() };
+    match (metrics["f1_interval"][0].as_f64(), metrics["f1_interval"][1].as_f64()) {
+        (Some(lo), Some(hi)) => format!("{f1:.3} ({lo:.3}–{hi:.3})"),
+        _ => format!("{f1:.3}"),
+    }
+}
+
 fn eval_at(path: &Path, step: Option<u64>) -> Option<(u64, f64, f64)> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()

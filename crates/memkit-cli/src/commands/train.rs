@@ -202,12 +202,16 @@ impl memkit_train::Scorer for AgreementScorer {
         .map_err(|e| format!("{e:#}"))?;
         let metrics = serde_json::json!({
             "f1": agreement.f1,
+            "f1_interval": agreement.f1_interval,
             "precision": agreement.precision,
             "recall": agreement.recall,
             "json_validity": agreement.json_validity,
             "records_per_window": agreement.candidate_records as f64 / agreement.windows.max(1) as f64,
             "teacher_records_per_window": agreement.reference_records as f64 / agreement.windows.max(1) as f64,
             "windows": agreement.windows,
+            "teacher_empty_windows": agreement.reference_empty_windows,
+            "records_where_teacher_empty": agreement.candidate_records_where_reference_empty,
+            "windows_only_the_student_left_empty": agreement.candidate_empty_windows,
             "fields": agreement.fields,
             "duplicates_dropped": duplicates,
             "seconds": started.elapsed().as_secs_f64(),
