@@ -198,8 +198,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         bar.finish_and_clear();
         (model.clone(), result, duplicates)
     };
-    let model = &model;
-    print(&result, model, data, duplicates);
+    print(&result, &model, data, duplicates);
     if let Some(out) = &args.out {
         let json = serde_json::json!({"model": model, "data": data, "agreement": result, "duplicates_dropped": duplicates});
         std::fs::write(out, serde_json::to_string_pretty(&json)?).with_context(|| format!("cannot write {}", out.display()))?;

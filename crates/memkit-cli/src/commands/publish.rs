@@ -318,7 +318,6 @@ fn model_card(
     Ok(md)
 }
 
-/// Step, loss and accuracy of the eval line of metrics.jsonl at `step`, or of the last one.
 /// A score's F1 with its bootstrap interval when the score has one (`f1_interval`, older
 /// scores do not): `0.500 (0.410–0.590)`.
 fn f1_cell(metrics: &serde_json::Value) -> String {
@@ -329,6 +328,7 @@ fn f1_cell(metrics: &serde_json::Value) -> String {
     }
 }
 
+/// Step, loss and accuracy of the eval line of metrics.jsonl at `step`, or of the last one.
 fn eval_at(path: &Path, step: Option<u64>) -> Option<(u64, f64, f64)> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
