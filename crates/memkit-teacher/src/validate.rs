@@ -42,8 +42,9 @@ pub enum DropReason {
     TimeFormat,
     /// `time` starts more than a year after the source message was written.
     TimeAfterMessage,
-    /// The same content as an earlier record of the window, or nearly (content token F1 ≥
-    /// [`NEAR_DUPLICATE_F1`]): small teachers loop.
+    /// The same content as an earlier record of the window, or nearly
+    /// ([`memkit_infer::extract::repeated`]): small teachers loop, and word one fact of a
+    /// message several ways.
     Duplicate,
     /// No message of the window supports the content (grounding).
     Unsupported,
@@ -57,8 +58,6 @@ pub enum DropReason {
     /// job").
     OtherPerson,
 }
-
-pub use memkit_infer::extract::NEAR_DUPLICATE_F1;
 
 impl DropReason {
     /// The snake-case name used in ledgers and stats.
@@ -195,13 +194,13 @@ pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
 }
 
 impl Validated {
-    /// Drops records whose content nearly repeats an earlier kept one's (token F1 ≥
-    /// [`NEAR_DUPLICATE_F1`]). Idempotent, so the dataset builder applies it again to older
+    /// Drops records that nearly repeat an earlier kept one
+    /// ([`memkit_infer::extract::repeated`]). Idempotent, so the dataset builder applies it again to older
     /// ledger entries.
     pub fn drop_duplicates(&mut self) {
         let records = std::mem::take(&mut self.records);
         for record in records {
-            if memkit_infer::extract::repeated(&record.content, &self.records).is_some() {
+            if memkit_infer::extract::repeated(&record, &self.records).is_some() {
                 self.dropped.push(Dropped { reason: DropReason::Duplicate, raw: serde_json::to_string(&record).expect("plain data") });
             } else {
                 self.records.push(record);
