@@ -679,11 +679,8 @@ mod tests {
         // Stemmed tokens: "ann adopt puppi name max" and "ann adopt puppi in may": 3 of 5 shared
         // each way, P = R = 3/5, F1 = 0.6: one fact for the same message (≥ 0.6), two records
         // for two messages (< 0.8).
-        let memories = [
-            said(3, "Ann adopted a puppy named Max."),
-            said(3, "Ann adopted a puppy in May."),
-            said(4, "Ann adopted a puppy in May."),
-        ];
+        let memories =
+            [said(3, "Ann adopted a puppy named Max."), said(3, "Ann adopted a puppy in May."), said(4, "Ann adopted a puppy in May.")];
         let raw = serde_json::json!({ "memories": memories }).to_string();
         let extraction = Extraction::from_output(&window(2, 4), raw, Usage::default());
         let kept: Vec<(u32, &str)> = extraction.records.iter().map(|r| (r.source_id, r.content.as_str())).collect();

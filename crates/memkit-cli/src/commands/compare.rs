@@ -25,7 +25,7 @@ use crate::progress::Bars;
 ///
 /// With --replies instead of --model: scores replies already made (a training run writes the
 /// replies of each scored export beside it, `replies.jsonl`) without running a model, e.g. with a
-/// newer scorer.
+/// newer scorer. --save-replies keeps a --model run's replies in that form.
 ///
 /// With --gold: compares each --records file (`memkit extract` output, any extractor) with the
 /// hand-written gold records (data/gold/): a record matches a gold record of the same dialogue
@@ -66,6 +66,10 @@ pub struct Args {
     /// Also write the figures as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// With --model: also write the model's replies here (JSONL, one per row), so a later
+    /// `--replies` run can score them again without the model.
+    #[arg(long, requires = "model")]
+    save_replies: Option<PathBuf>,
 }
 
 /// One row of a distilled dataset: the window's prompt and the teacher's reply.
@@ -114,6 +118,16 @@ pub fn agreement_on(
     }
     let (agreement, duplicates) = score_replies(rows, &outputs);
     Ok((agreement, outputs, duplicates))
+}
+
+/// Writes `replies` (one per row, in row order) as a `replies.jsonl` that --replies reads.
+pub fn write_replies(rows: &[Row], replies: &[String], path: &Path) -> anyhow::Result<()> {
+    let lines: String = rows
+        .iter()
+        .zip(replies)
+        .map(|(row, reply)| serde_json::json!({"window_id": row.window_id, "reply": reply}).to_string() + "\n")
+        .collect();
+    std::fs::write(path, lines).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// One reply of a `replies.jsonl`.
@@ -194,8 +208,11 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         let gguf = super::model_gguf(model)?;
         let extractor = args.generation.local_extractor(&gguf)?;
         let bar = bars.bar(rows.len() as u64, "compare");
-        let (result, _, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+        let (result, replies, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
         bar.finish_and_clear();
+        if let Some(path) = &args.save_replies {
+            write_replies(&rows, &replies, path)?;
+        }
         (model.clone(), result, duplicates)
     };
     print(&result, &model, data, duplicates);
@@ -370,6 +387,18 @@ mod tests {
         assert_eq!((a.reference_records, a.candidate_records, a.matched), (2, 2, 1));
         // precision 1/2, recall 1/2, F1 1/2.
         assert!((a.f1 - 0.5).abs() < 1e-12, "{a:?}");
+    }
+
+    /// `--save-replies` writes what `--replies` reads: the same texts, in row order.
+    #[test]
+    fn saved_replies_read_back_as_they_were_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("saved.jsonl");
+        let mut rows = vec![row("{}"), row("{}")];
+        rows[1].window_id = "v".into();
+        let replies = vec!["{\"memories\":[]}".to_owned(), "not json, \"quoted\"\nover two lines".to_owned()];
+        write_replies(&rows, &replies, &path).unwrap();
+        assert_eq!(replies_for(&rows, read_replies(&path).unwrap(), &path).unwrap(), replies);
     }
 
     #[test]

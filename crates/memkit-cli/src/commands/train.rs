@@ -189,14 +189,7 @@ impl memkit_train::Scorer for AgreementScorer {
             let (agreement, replies, duplicates) =
                 super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())?;
             // The replies stay with the export they score (best/replies.jsonl), to be read.
-            let lines: String = self
-                .rows
-                .iter()
-                .zip(&replies)
-                .map(|(row, reply)| serde_json::json!({"window_id": row.window_id, "reply": reply}).to_string() + "\n")
-                .collect();
-            let path = dir.join("replies.jsonl");
-            std::fs::write(&path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+            super::compare::write_replies(&self.rows, &replies, &dir.join("replies.jsonl"))?;
             Ok((agreement, duplicates))
         })()
         .map_err(|e| format!("{e:#}"))?;
