@@ -19,6 +19,13 @@
 //! record got as far as writing), and only that message is left out. Where a dropped finding
 //! names no message, the whole window is. These salvaged examples follow the complete windows'
 //! in each split, so the first rows of `valid.jsonl` (which training scores) do not move.
+//!
+//! A message the teacher wrote records for, none of which passed validation (every one
+//! impersonal, unsupported, restating the context, ...), has no known target: "nothing to
+//! remember" was not the teacher's answer but what was left of it. On the gold set, 17 of the 30
+//! messages whose teacher records were all dropped hold a gold memory (`reports/gold/`). Such a
+//! message is no example, one message at a time or inside its window (the window's other
+//! messages still are, in place).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -67,6 +74,10 @@ pub struct Dataset {
     /// Examples one message at a time salvaged from those windows (train and valid): their
     /// messages whose own records were all kept.
     pub salvaged_messages: usize,
+    /// Messages left out because every record the teacher wrote for them was dropped (no known
+    /// target), and the complete windows left out as whole examples for holding one.
+    pub failed_messages: usize,
+    pub windows_with_failed_messages: usize,
     /// The template source the examples' prompts were rendered from.
     pub prompt: String,
     /// The window of the whole-window examples (the corpus's).
@@ -95,6 +106,8 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
         stale: 0,
         incomplete: 0,
         salvaged_messages: 0,
+        failed_messages: 0,
+        windows_with_failed_messages: 0,
         prompt: prompts.source(recipe.output.prompt).to_owned(),
         window: TrainedWindow { size: corpus_window.size, overlap: corpus_window.overlap },
         message_window: TrainedWindow { size: recipe.labelling.context + 1, overlap: recipe.labelling.context },
@@ -111,15 +124,25 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
         if entry.status == Status::Ok && !entry.complete {
             dataset.incomplete += 1;
         }
+        // The messages the teacher wrote records for and kept none of (no known target).
+        let failed: BTreeSet<u32> = entry
+            .dropped
+            .iter()
+            .filter_map(|d| named_source(&d.raw))
+            .filter(|&n| !entry.records.iter().any(|r| r.source_id == n))
+            .collect();
         // The messages whose records a dropped finding may be missing from (`None`: unknown).
-        let lost: Option<BTreeSet<u32>> = if entry.complete {
+        let findings: Option<BTreeSet<u32>> = if entry.complete {
             Some(BTreeSet::new())
         } else {
             entry.dropped.iter().filter(|d| d.reason.loses_a_finding()).map(|d| named_source(&d.raw)).collect()
         };
         if entry.status == Status::Ok
-            && let Some(lost) = lost
+            && let Some(findings) = findings
         {
+            let left_out = w.window.suffix().iter().filter(|m| failed.contains(&m.number) && !findings.contains(&m.number)).count();
+            dataset.failed_messages += left_out;
+            let lost = &findings | &failed;
             let example = |window: &Window, memories: Vec<ExtractedMemory>| -> Result<Example> {
                 let mut chat = prompts.render_window(recipe.output.prompt, window, &options)?.to_messages();
                 chat.push(ChatMessage::assistant(serde_json::to_string(&ExtractorOutput { memories }).expect("plain data")));
@@ -144,7 +167,11 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
                 } else {
                     (&mut dataset.train, &mut dataset.train_messages)
                 };
-                windows.push(example(&w.window, entry.records.clone())?);
+                if left_out == 0 {
+                    windows.push(example(&w.window, entry.records.clone())?);
+                } else {
+                    dataset.windows_with_failed_messages += 1;
+                }
                 messages.extend(one_by_one);
             } else {
                 (if valid { &mut salvaged_valid } else { &mut salvaged_train }).extend(one_by_one);

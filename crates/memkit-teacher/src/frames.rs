@@ -137,6 +137,8 @@ mod tests {
             stale: 0,
             incomplete: 0,
             salvaged_messages: 0,
+            failed_messages: 0,
+            windows_with_failed_messages: 0,
             prompt: String::new(),
             train_messages: Vec::new(),
             valid_messages: Vec::new(),

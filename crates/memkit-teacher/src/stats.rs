@@ -45,6 +45,12 @@ pub struct Stats {
     /// records were all kept.
     #[serde(default)]
     pub salvaged_message_examples: usize,
+    /// Messages left out because every record the teacher wrote for them was dropped (no known
+    /// target), and the complete windows that are no whole example for holding one.
+    #[serde(default)]
+    pub failed_messages: usize,
+    #[serde(default)]
+    pub windows_with_failed_messages: usize,
     /// Teacher requests made (repairs included).
     #[serde(default)]
     pub requests: usize,
@@ -158,6 +164,8 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         failures,
         windows_incomplete: dataset.incomplete,
         salvaged_message_examples: dataset.salvaged_messages,
+        failed_messages: dataset.failed_messages,
+        windows_with_failed_messages: dataset.windows_with_failed_messages,
         requests: entries.iter().map(|e| e.requests.max(1)).sum(),
         messages_skipped: parsed.iter().map(|e| e.skipped.len()).sum(),
         messages: parsed
@@ -253,6 +261,12 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
         "| · their messages kept one at a time (every record of the message kept), in `messages/` | {} |",
         stats.salvaged_message_examples
     );
+    let _ = writeln!(
+        md,
+        "| messages left out: the teacher wrote records for them and every one was dropped (no known target) | {} |",
+        stats.failed_messages
+    );
+    let _ = writeln!(md, "| · complete windows not a whole example for holding one | {} |", stats.windows_with_failed_messages);
     let _ = writeln!(md, "| teacher requests (re-asks included) | {} |", stats.requests);
     if stats.messages > 0 {
         let _ = writeln!(

@@ -264,13 +264,15 @@ fn entry(window_id: &str, complete: bool, records: &[(u32, &str)], dropped: &[(&
 #[test]
 fn an_incomplete_window_keeps_the_messages_whose_records_were_all_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let recipe = recipe(&dir.path().join("out"), 3, &openai("http://127.0.0.1:9", 0));
+    let recipe = recipe(&dir.path().join("out"), 4, &openai("http://127.0.0.1:9", 0));
     let corpus = memkit_teacher::corpus::select(&recipe.corpus, &memkit_data::shared_data_dir()).unwrap();
-    let [w0, w1, w2] = [0, 1, 2].map(|i| &corpus.windows[i].window);
+    let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| &corpus.windows[i].window);
     let (first, last) = (w1.context as u32 + 1, w1.messages.len() as u32);
     // w0 is complete. w1 lost a record of its first new message (first person, its JSON names
     // it) and dropped a duplicate of its last (not a finding: nothing lost there). w2 lost a
-    // record cut off before it named its message, so none of w2 can be trusted.
+    // record cut off before it named its message, so none of w2 can be trusted. w3 is complete,
+    // but the teacher's only record of its first new message was impersonal: that message has
+    // no known target, the window is no whole example, and its other messages stay.
     let ledger = [
         entry(&w0.id, true, &[(w0.context as u32 + 1, "The user likes tea.")], &[]),
         entry(
@@ -283,6 +285,12 @@ fn an_incomplete_window_keeps_the_messages_whose_records_were_all_kept() {
             ],
         ),
         entry(&w2.id, false, &[(3, "The user reads.")], &[("truncated", r#"{"sour"#.to_owned())]),
+        entry(
+            &w3.id,
+            true,
+            &[(w3.messages.len() as u32, "The user swims.")],
+            &[("impersonal", format!(r#"{{"source_id":{},"source_speaker":"user","content":"Tea is a drink."}}"#, w3.context + 1))],
+        ),
     ];
     std::fs::create_dir_all(recipe.out_dir()).unwrap();
     std::fs::write(ledger_path(&recipe.out_dir()), ledger.join("\n") + "\n").unwrap();
@@ -303,6 +311,9 @@ fn an_incomplete_window_keeps_the_messages_whose_records_were_all_kept() {
     let expected: Vec<String> = (first + 1..=last).map(|n| format!("{}/m{n}", w1.id)).collect();
     assert_eq!(of(w1), expected, "every new message of w1 but the one that lost a record");
     assert!(of(w2).is_empty());
+    let kept: Vec<String> = (w3.context as u32 + 2..=w3.messages.len() as u32).map(|n| format!("{}/m{n}", w3.id)).collect();
+    assert_eq!(of(w3), kept, "every new message of w3 but the one whose only record was dropped");
+    assert_eq!((data.failed_messages, data.windows_with_failed_messages), (1, 1));
     assert_eq!(data.salvaged_messages, expected.len());
     // The salvaged messages follow the complete windows' in their split, and carry their records.
     for split in [&data.train_messages, &data.valid_messages] {

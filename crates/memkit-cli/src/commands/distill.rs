@@ -221,7 +221,8 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
          finished windows and rewrites these files from `ledger.jsonl`.\n\
          - Windows: {finished} labelled of {drawn} drawn ({train} train / {valid} valid examples, split by dialogue; \
          {incomplete} left out because a record the teacher found was dropped; {salvaged} of their messages whose own records \
-         were all kept are in `messages/`, after the complete windows' examples).\n\n\
+         were all kept are in `messages/`, after the complete windows' examples; {failed} messages whose every record the teacher \
+         wrote was dropped are no example, and {failed_windows} otherwise complete windows holding one are no whole example).\n\n\
          Files: `ledger.jsonl` (every finished window: how the teacher was asked, the validated and grounded records, \
          dropped records with the typed reason, each record's grounding decision with the teacher's own `source_id`, \
          re-asks, skipped messages, tokens and time), `failures.jsonl` (replies that were not whole, with the typed \
@@ -244,5 +245,7 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
         valid = s.valid_examples,
         incomplete = s.windows_incomplete,
         salvaged = s.salvaged_message_examples,
+        failed = s.failed_messages,
+        failed_windows = s.windows_with_failed_messages,
     )
 }
