@@ -505,7 +505,9 @@ pub fn train(
     // The base model's validation figures, so a run shows what training changed.
     if state.step == 0 && !valid_set.is_empty() {
         last_eval = Some(eval(&model, 0, &mut log)?);
-        score(&model, 0, &mut log, &mut best)?;
+        if recipe.score.as_ref().is_none_or(|s| s.base) {
+            score(&model, 0, &mut log, &mut best)?;
+        }
     }
     while state.step < stop_at {
         let step_started = Instant::now();

@@ -264,3 +264,26 @@ fn the_best_scoring_export_is_kept_across_a_resume() {
     assert_ne!(read_safetensors(&dir.path().join("model.safetensors")).unwrap(), at_eight);
     assert!(std::fs::read_to_string(dir.path().join("README.md")).unwrap().contains("after step 8"));
 }
+
+/// `score.base = false` skips the base model's score (slow for a model that has not learnt the
+/// task), but not its held-out loss.
+#[test]
+fn the_base_model_is_scored_unless_the_recipe_says_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recipe = smoke_recipe(dir.path());
+    recipe.score = Some(memkit_train::recipe::ScoreConfig { base: false, ..memkit_train::recipe::ScoreConfig::new(1) });
+    recipe.run.max_steps = Some(4);
+    let options = TrainOptions { scorer: Some(std::sync::Arc::new(PeakAtEight)), ..TrainOptions::default() };
+    train(&recipe, &smoke_path(), &options, &cpu_device(), &SilentReporter).unwrap();
+    let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    let steps = |kind: &str| -> Vec<u64> {
+        metrics
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["type"] == kind)
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(steps("score"), [4]);
+    assert_eq!(steps("eval").first(), Some(&0), "the base model's held-out loss is still taken");
+}
