@@ -23,7 +23,8 @@
 //! A message the teacher wrote records for, none of which passed validation (every one
 //! impersonal, unsupported, restating the context, ...), has no known target: "nothing to
 //! remember" was not the teacher's answer but what was left of it. On the gold set, 17 of the 30
-//! messages whose teacher records were all dropped hold a gold memory (`reports/gold/`). Such a
+//! messages whose teacher records were all dropped hold a gold memory
+//! (`reports/smollm2-135m-messages/failed_messages_gold.py`). Such a
 //! message is no example, one message at a time or inside its window (the window's other
 //! messages still are, in place).
 
@@ -75,8 +76,9 @@ pub struct Dataset {
     /// messages whose own records were all kept.
     pub salvaged_messages: usize,
     /// Messages left out because every record the teacher wrote for them was dropped (no known
-    /// target), and the complete windows left out as whole examples for holding one.
+    /// target).
     pub failed_messages: usize,
+    /// Complete windows that are no whole example for holding such a message.
     pub windows_with_failed_messages: usize,
     /// The template source the examples' prompts were rendered from.
     pub prompt: String,

@@ -46,9 +46,10 @@ pub struct Stats {
     #[serde(default)]
     pub salvaged_message_examples: usize,
     /// Messages left out because every record the teacher wrote for them was dropped (no known
-    /// target), and the complete windows that are no whole example for holding one.
+    /// target).
     #[serde(default)]
     pub failed_messages: usize,
+    /// Complete windows that are no whole example for holding such a message.
     #[serde(default)]
     pub windows_with_failed_messages: usize,
     /// Teacher requests made (repairs included).
