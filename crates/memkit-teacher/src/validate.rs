@@ -294,8 +294,10 @@ mod tests {
             memory(2, "Ann", "  ", ""),
             memory(3, "assistant", "The assistant suggested a vet.", ""),
             memory(2, "Ann", "I adopted a cat.", ""),
-            memory(2, "Bob", "Bob adopted a cat.", ""),
-            memory(2, "Ann", "Ann adopts a cat.", "last week"),
+            // Other facts than the first record's: a paraphrase of it in the same message would
+            // be a duplicate (`SAME_MESSAGE_DUPLICATE_F1`) before any other check.
+            memory(2, "Bob", "Bob fed the fish.", ""),
+            memory(2, "Ann", "Ann bakes bread.", "last week"),
             memory(2, "Ann", "Ann plans a trip.", "2025-01"),
             memory(2, "Ann", "Ann said \"my cat is great\" to her friend.", "2023/2024"),
             serde_json::json!({"source_id": "x"}),
