@@ -27,23 +27,29 @@ venv:
     {{python}} -c 'import torch, transformers' 2>/dev/null || (python3 -m venv {{venv}} && {{python}} -m pip install -q --disable-pip-version-check -r benches/requirements.txt)
 
 # The whole pipeline on the embedded default, in minutes: models → distill (Qwen2.5-Coder-0.5B
-# teacher, 6 windows) → train (3 LoRA steps) → compare with the teacher → extract LoCoMo windows with the
+# teacher, 6 windows, more if they give too few examples) → train (3 LoRA steps, one message at a
+# time like the published student) → compare with the teacher → extract LoCoMo messages with the
 # student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
+# CI runs it after the tests.
 [doc('The whole pipeline on the embedded default in minutes (outputs in runs/demo/, report in reports/demo/)')]
 demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     {{memkit}} models fetch all-minilm-l6-v2 smollm2-135m qwen2.5-coder-0.5b-instruct
     {{memkit}} distill --recipe recipes/distill/demo.toml --data-dir {{data}}
     rm -rf runs/demo/student  # a fresh 3-step run each time (the distilled windows above are kept)
     {{memkit}} train --recipe recipes/train/demo.toml
-    {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
-    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --restart --limit 4 --max-tokens 256 --output runs/demo/student-records.jsonl
+    {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/messages/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
+    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --restart --limit 8 --max-tokens 256 --output runs/demo/student-records.jsonl
     {{memkit}} eval --recipe recipes/eval/demo.toml --data-dir {{data}}
 
-# Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue), e.g.
-# `just distill recipes/distill/lme-filler.toml --limit 20`.
-[doc('Label dialogue windows with the local teacher; resumable (re-run to continue)')]
+# Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue, or cut a run
+# short with `--limit N`). The default is the recipe that made the published labels.
+[doc('Label dialogue windows with the local teacher (default: the published labels); resumable')]
 distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    start=$(date +%s)
     {{memkit}} distill --recipe {{recipe}} {{args}}
+    echo "just distill: {{recipe}} in $(( $(date +%s) - start )) s"
 
 # Score extractors on the hand-labelled gold set (data/gold/): the rule extractor, LoCoMo's
 # observations and the local teacher (decomposed; `mode=window` for whole windows) extract the
@@ -94,27 +100,48 @@ gold mode="decomposed" student="" student_window="5" data=env_var_or_default("ME
     done
     {{memkit}} compare --gold data/gold/locomo-conv-30.jsonl --gold data/gold/lme-s.jsonl $records --report reports/gold
 
-# Fine-tune the compact extractor (default: SmolLM2-135M on data/distilled/lme-decomposed with the
-# short student prompt, 3 epochs scored by generation at the end of each, the best export kept
-# in best/).
+# Fine-tune the compact extractor. The default is the published student's recipe (SmolLM2-135M,
+# full fine-tuning one message at a time on data/distilled/lme-decomposed/messages, scored by
+# generation at intervals, the best export kept in best/). It trains on LibTorch's CPU kernels,
+# the fastest backend here (~4× burn's flex, benches/README.md): the first run makes the python
+# of `just venv` (torch, ~7 GB) and builds memkit with the `tch` feature once into target/tch/,
+# with an rpath to torch's libraries (so target/debug/memkit stays the one build of everything
+# else, and the torch build starts without LD_LIBRARY_PATH); later runs reuse both.
+# `MEMKIT_BACKEND=flex just train` trains on burn's pure-Rust kernels with the one build instead.
 # Continue a stopped run with `just train <recipe> --resume`, or train in slices with
 # `--stop-after N`.
-[doc('Fine-tune the compact extractor, scored by generation; resumable (--resume, --stop-after N)')]
-train recipe="recipes/train/smollm2-135m-decomposed.toml" *args="": build
-    {{memkit}} train --recipe {{recipe}} {{args}}
+[doc('Fine-tune the compact extractor (default: the published student) on LibTorch; resumable (--resume, --stop-after N)')]
+train recipe="recipes/train/smollm2-135m-messages.toml" *args="": build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    start=$(date +%s)
+    if [ "${MEMKIT_BACKEND:-libtorch}" = flex ]; then
+        bin={{memkit}}; backend=flex
+    else
+        just venv
+        just _build-tch
+        bin=target/tch/debug/memkit; backend=libtorch
+    fi
+    $bin train --recipe {{recipe}} --backend $backend {{args}}
+    echo "just train: {{recipe}} on $backend in $(( $(date +%s) - start )) s"
 
-# The same on LibTorch's CPU kernels (~4× burn's flex here, see benches/README.md): builds memkit
-# with the `tch` feature (a second build) against the torch of `just venv`, e.g.
-# `just train-tch recipes/train/smollm2-135m.toml --resume`.
-[doc("Fine-tune on LibTorch's kernels (memkit built with the tch feature)")]
-train-tch recipe="recipes/train/smollm2-135m-decomposed.toml" *args="": venv
+# memkit built with the `tch` feature against the torch of `just venv`, in its own target folder
+# (target/tch), with an rpath to torch's libraries. Compiles once (~15 min here), then nothing.
+_build-tch: venv
     PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
-    cargo run -q -p memkit-cli --features tch -- train --recipe {{recipe}} --backend libtorch {{args}}
+    RUSTFLAGS="-C link-arg=-Wl,-rpath,$({{python}} -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" \
+    cargo build -q -p memkit-cli --features tch --target-dir target/tch
 
-# Evaluate on LoCoMo / LongMemEval and write reports/<name>/ (default: the no-LLM baselines).
-eval recipe="recipes/eval/locomo-baselines.toml": build
+# Evaluate on LoCoMo / LongMemEval and write reports/<name>/. The default is the end-to-end report:
+# the extractors' records (the published student's and the teacher's, from data/extracted/) beside
+# raw turns and rule sentences, through the same engine (recipes/eval/ has the rest).
+[doc('Evaluate and write reports/<name>/ (default: the extractors end to end on LoCoMo)')]
+eval recipe="recipes/eval/locomo-e2e.toml": build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    start=$(date +%s)
     {{memkit}} eval --recipe {{recipe}}
+    echo "just eval: {{recipe}} in $(( $(date +%s) - start )) s"
 
 # The test suite (the README's test command; CI runs it). With `just venv` made, the transformers
 # load test runs too (it gets the venv's python).
@@ -143,12 +170,13 @@ bench-train *args="": build venv
     target/debug/examples/sft_bench --python {{python}} --json benches/results/sft.json {{args}}
 
 # The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
-# `just venv` (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
+# `just venv` (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass), built in
+# target/tch like `just train`'s LibTorch build, so the one build of target/debug stays as it is.
 [doc("SFT tokens/s with burn's LibTorch backend too (cargo feature tch)")]
 bench-train-tch *args="": venv
     PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    LD_LIBRARY_PATH="$({{python}} -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib" \
-    cargo run -q -p memkit-train --features tch --example sft_bench -- --python {{python}} --json benches/results/sft.json {{args}}
+    RUSTFLAGS="-C link-arg=-Wl,-rpath,$({{python}} -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" \
+    cargo run -q -p memkit-train --features tch --target-dir target/tch --example sft_bench -- --python {{python}} --json benches/results/sft.json {{args}}
 
 # llama.cpp generation through memkit-infer next to llama-cpp-python from PyPI, alternating in
 # the same run, on the teacher's real prompt (a LoCoMo extraction window) for every installed
@@ -177,6 +205,7 @@ publish checkpoint out *args="": build
 deps:
     ! cargo tree -p memkit-engine --all-features -e normal --prefix none | grep -Eq '^memkit-(train|teacher) '
     ! cargo tree -p memkit-infer --all-features -e normal --prefix none | grep -q '^memkit-train '
+    ! cargo tree -p memkit-clean --all-features -e normal --prefix none | grep -Eq '^memkit-(infer|engine|teacher|train|eval|prompt) '
 
 fmt:
     cargo fmt --all

@@ -34,18 +34,6 @@ pub(crate) struct At<'a> {
     segment: Segment<'a>,
 }
 
-/// How an error message names a JSON value's type.
-pub(crate) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 impl<'a> At<'a> {
     pub fn root(source: Source<'a>) -> Self {
         At { source, parent: None, segment: Segment::Root }
@@ -87,7 +75,7 @@ impl<'a> At<'a> {
     }
 
     fn expected(&self, what: &str, found: &Value) -> Error {
-        self.error(format!("expected {what}, found {}", kind(found)))
+        self.error(format!("expected {what}, found {}", memkit_schema::json_kind(found)))
     }
 
     pub fn object(&self, v: Value) -> Result<Map<String, Value>> {

@@ -246,7 +246,7 @@ fn evidence_strings(at: &At, v: Value) -> Result<Vec<(String, String)>> {
                 Ok((item_at.string(item)?, item_at.path()))
             })
             .collect(),
-        other => Err(at.error(format!("expected a list of turn ids or a string, found {}", json::kind(&other)))),
+        other => Err(at.error(format!("expected a list of turn ids or a string, found {}", memkit_schema::json_kind(&other)))),
     }
 }
 

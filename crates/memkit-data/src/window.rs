@@ -118,6 +118,35 @@ pub struct WindowMessage {
     pub assistant_reply: Option<String>,
 }
 
+impl WindowMessage {
+    /// A user's message numbered `number` (turn id `t<number>`), with no caption, time or
+    /// reply: the builder of tests and examples.
+    pub fn user(number: u32, speaker: &str, text: &str) -> Self {
+        Self {
+            number,
+            turn_id: format!("t{number}"),
+            speaker: speaker.into(),
+            role: Role::User,
+            text: text.into(),
+            caption: None,
+            timestamp: None,
+            assistant_reply: None,
+        }
+    }
+
+    /// The same message as the assistant's (speaker `assistant`).
+    #[must_use]
+    pub fn by_assistant(self) -> Self {
+        Self { speaker: "assistant".into(), role: Role::Assistant, ..self }
+    }
+
+    /// The same message written at `timestamp`.
+    #[must_use]
+    pub fn at(self, timestamp: NaiveDateTime) -> Self {
+        Self { timestamp: Some(timestamp), ..self }
+    }
+}
+
 /// A window of consecutive messages; the first `context` ones are context only.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Window {
@@ -136,6 +165,20 @@ pub struct Window {
 }
 
 impl Window {
+    /// The window `id` (`<dialogue>/w<index>`) of `messages`, the first `context` of them
+    /// context only, cut at the default message length: the builder of tests and examples.
+    pub fn of(id: &str, context: usize, messages: Vec<WindowMessage>) -> Self {
+        let (dialogue_id, index) = id.rsplit_once("/w").map_or((id, 0), |(d, i)| (d, i.parse().unwrap_or(0)));
+        Self {
+            id: id.into(),
+            dialogue_id: dialogue_id.into(),
+            index,
+            context,
+            max_message_chars: WindowConfig::DEFAULT_MAX_MESSAGE_CHARS,
+            messages,
+        }
+    }
+
     /// The context-only messages.
     pub fn context_messages(&self) -> &[WindowMessage] {
         &self.messages[..self.context]

@@ -9,7 +9,7 @@
 //! still have a third route; it rewards shared words and word pieces, not meaning.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use memkit_schema::{MemoryRecord, ParsedQuery};
 
@@ -17,41 +17,7 @@ use crate::bm25::sort_hits;
 use crate::text::{stem, tokens};
 use crate::{Error, Hit, Result, Retriever};
 
-/// Anything that turns texts into L2-normalised vectors of one dimension.
-///
-/// memkit-infer implements it with all-MiniLM-L6-v2 in candle; the engine itself has no ML
-/// dependency.
-pub trait Embedder: Send + Sync {
-    /// Model id for caching embeddings in the store (`sentence-transformers/all-MiniLM-L6-v2`).
-    fn model_id(&self) -> &str;
-    /// Vector length.
-    fn dim(&self) -> usize;
-    /// Embeds a batch of texts; one L2-normalised vector per text, in order.
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
-}
-
-/// Cosine similarity of two L2-normalised vectors (their dot product).
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Pointers to an embedder embed as it does.
-macro_rules! forward_embedder {
-    ($($pointer:ty),*) => {$(
-        impl<E: Embedder + ?Sized> Embedder for $pointer {
-            fn model_id(&self) -> &str {
-                (**self).model_id()
-            }
-            fn dim(&self) -> usize {
-                (**self).dim()
-            }
-            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-                (**self).embed(texts)
-            }
-        }
-    )*};
-}
-forward_embedder!(Box<E>, &E, Arc<E>);
+pub use memkit_text::embed::{EmbedError, Embedder, cosine};
 
 /// An embedder that keeps every vector it computed, by text, in memory: a run that embeds the
 /// same records or questions again (an eval recipe with several dense systems) pays once.
@@ -85,8 +51,8 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
         self.inner.dim()
     }
     /// Embeds only the texts not seen before (each once, in one call to the inner embedder).
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let poisoned = |_| Error::Embed("the embedding cache lock was poisoned by a panic".into());
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let poisoned = |_| EmbedError("the embedding cache lock was poisoned by a panic".into());
         let mut missing: Vec<&str> = {
             let cache = self.cache.lock().map_err(poisoned)?;
             texts.iter().copied().filter(|t| !cache.contains_key(*t)).collect()
@@ -100,7 +66,7 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
         }
         texts
             .iter()
-            .map(|t| cache.get(*t).cloned().ok_or_else(|| Error::Embed(format!("{} returned too few vectors", self.inner.model_id()))))
+            .map(|t| cache.get(*t).cloned().ok_or_else(|| EmbedError(format!("{} returned too few vectors", self.inner.model_id()))))
             .collect()
     }
 }
@@ -358,22 +324,8 @@ impl Embedder for HashingEmbedder {
     fn dim(&self) -> usize {
         self.dim
     }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(texts.iter().map(|t| self.embed_one(t)).collect())
-    }
-}
-
-/// all-MiniLM-L6-v2 in candle (memkit-infer) as the dense route's embedder.
-#[cfg(feature = "dense")]
-impl Embedder for memkit_infer::SentenceEmbedder {
-    fn model_id(&self) -> &str {
-        memkit_infer::SentenceEmbedder::model_id(self)
-    }
-    fn dim(&self) -> usize {
-        memkit_infer::SentenceEmbedder::dim(self)
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        memkit_infer::SentenceEmbedder::embed(self, texts).map_err(|e| crate::Error::Embed(e.to_string()))
     }
 }
 
@@ -442,7 +394,7 @@ mod tests {
         fn dim(&self) -> usize {
             4
         }
-        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
             Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
         }
     }
@@ -467,7 +419,7 @@ mod tests {
         fn dim(&self) -> usize {
             self.0.dim()
         }
-        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
             *self.1.lock().unwrap() += texts.len();
             self.0.embed(texts)
         }

@@ -49,5 +49,11 @@ pub enum Error {
     Config(String),
 }
 
+impl From<memkit_text::embed::EmbedError> for Error {
+    fn from(e: memkit_text::embed::EmbedError) -> Self {
+        Error::Embed(e.0)
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

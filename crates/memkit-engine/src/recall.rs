@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery, Role};
+use memkit_schema::{MemoryRecord, ParsedQuery};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -51,7 +51,7 @@ pub fn attach_assistant_replies<S: MemoryStore + ?Sized>(
 
 /// The rule behind [`attach_assistant_replies`] for any retrieved items given by their source
 /// turns (a record's pointer, a HingeMem part's turns), with replies looked up by user turn id
-/// (the store, or [`assistant_replies`] of a dialogue in memory).
+/// (the store, or [`AssistantReply::of_dialogue`] in memory).
 pub fn replies_for<'a>(
     lookup: impl Fn(&str) -> Result<Option<AssistantReply>>,
     query: &ParsedQuery,
@@ -84,23 +84,6 @@ pub fn replies_for<'a>(
     Ok(out)
 }
 
-/// The assistant reply that directly follows each user turn of a dialogue, within a session
-/// (what the store keeps for assistant recall).
-pub fn assistant_replies(dialogue: &Dialogue) -> Vec<AssistantReply> {
-    let mut out = Vec::new();
-    for session in &dialogue.sessions {
-        for pair in session.turns.windows(2) {
-            if let [turn, next] = pair
-                && turn.role == Role::User
-                && next.role == Role::Assistant
-            {
-                out.push(AssistantReply { turn_id: turn.id.clone(), reply_turn_id: next.id.clone(), text: next.text.clone() });
-            }
-        }
-    }
-    out
-}
-
 /// How an attached reply reads in a context: `(assistant replied: …)`.
 pub fn reply_text(reply: &AssistantReply) -> String {
     format!("(assistant replied: {})", reply.text)
@@ -120,7 +103,7 @@ pub fn render_with_replies(record: &MemoryRecord, replies: &[AssistantReply]) ->
 mod tests {
     use super::*;
     use crate::store::{IngestBatch, SqliteStore};
-    use memkit_schema::{MemoryType, Pointer, Session, Turn};
+    use memkit_schema::{Dialogue, MemoryType, Pointer, Role, Session, Turn};
 
     fn turn(id: &str, role: Role, text: &str) -> Turn {
         Turn {

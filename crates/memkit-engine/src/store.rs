@@ -75,6 +75,25 @@ pub struct AssistantReply {
     pub text: String,
 }
 
+impl AssistantReply {
+    /// The assistant reply that directly follows each user turn of a dialogue, within a session
+    /// (what the store keeps for assistant recall).
+    pub fn of_dialogue(dialogue: &Dialogue) -> Vec<Self> {
+        let mut out = Vec::new();
+        for session in &dialogue.sessions {
+            for pair in session.turns.windows(2) {
+                if let [turn, next] = pair
+                    && turn.role == Role::User
+                    && next.role == Role::Assistant
+                {
+                    out.push(Self { turn_id: turn.id.clone(), reply_turn_id: next.id.clone(), text: next.text.clone() });
+                }
+            }
+        }
+        out
+    }
+}
+
 /// A HingeMem element node with its salience.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredNode {
@@ -105,7 +124,7 @@ impl IngestBatch {
     /// The source turns of a dialogue and, for each user turn directly followed by an assistant
     /// turn in the same session, that reply.
     pub fn from_dialogue(dialogue: &Dialogue) -> Self {
-        let mut batch = IngestBatch { replies: crate::recall::assistant_replies(dialogue), ..IngestBatch::default() };
+        let mut batch = IngestBatch { replies: AssistantReply::of_dialogue(dialogue), ..IngestBatch::default() };
         for turn in dialogue.turns() {
             batch.turns.push(SourceTurn {
                 turn_id: turn.id.clone(),

@@ -2,10 +2,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use memkit_engine::dense::{Embedder, HashingEmbedder, cosine};
+use memkit_engine::Result;
+use memkit_engine::dense::{EmbedError, Embedder, HashingEmbedder, cosine};
 use memkit_engine::store::{IngestBatch, MemoryStore, SqliteStore};
 use memkit_engine::update::{RuleConsolidator, UpdateConfig, UpdateStats, update};
-use memkit_engine::{Error, Result};
 use memkit_schema::{Dimensions, MemoryRecord, MemoryType, Pointer};
 
 /// Counts the texts it embeds, so the stats can be checked against real calls.
@@ -30,7 +30,7 @@ impl Embedder for Counting {
     fn dim(&self) -> usize {
         self.inner.dim()
     }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.texts.fetch_add(texts.len(), Ordering::SeqCst);
         self.inner.embed(texts)
     }
@@ -45,8 +45,8 @@ impl Embedder for Broken {
     fn dim(&self) -> usize {
         2
     }
-    fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>> {
-        Err(Error::Embed("model file missing".into()))
+    fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError("model file missing".into()))
     }
 }
 

@@ -78,6 +78,10 @@ pub struct Agreement {
     /// Windows whose reference has records and whose candidate parsed with none.
     #[serde(default)]
     pub candidate_empty_windows: usize,
+    /// Windows left out because the reference's own reply did not parse: their target is
+    /// unknown, so they are neither compared nor counted in `windows`.
+    #[serde(default)]
+    pub reference_unparsable_windows: usize,
 }
 
 /// Compares candidate records with reference records window by window.

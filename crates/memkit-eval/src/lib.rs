@@ -30,6 +30,7 @@ pub mod agreement;
 mod error;
 pub mod gold;
 pub mod locomo_f1;
+pub mod metrics;
 pub mod plot;
 pub mod pointers;
 pub mod qa;
@@ -42,5 +43,6 @@ pub mod tokens;
 pub use error::{Error, Result};
 /// NLTK's Porter stemmer (memkit-text), as the official LoCoMo F1 uses it.
 pub use memkit_text::porter;
-pub use report::{CategoryMetrics, MetricsFile, Report, SystemMetrics};
+pub use metrics::{CategoryMetrics, SystemMetrics};
+pub use report::{MetricsFile, Report};
 pub use tokens::TokenCounter;

@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
-use crate::SystemMetrics;
-use crate::report::sorted_entries;
+use crate::metrics::{SystemMetrics, sorted_entries};
 
 const SIZE: (u32, u32) = (820, 520);
 

@@ -33,7 +33,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use memkit_data::{Window, WindowConfig, load_locomo, windows};
-use memkit_infer::extract::{ExtractConfig, GgufChat, RenderedChat};
+use memkit_infer::chat::{GgufChat, RenderedChat};
+use memkit_infer::extract::ExtractConfig;
 use memkit_infer::generate::{EngineOptions, GenerateRequest, Generation, LlamaEngine};
 use memkit_infer::models;
 use memkit_prompt::Prompts;

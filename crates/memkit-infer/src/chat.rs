@@ -1,6 +1,6 @@
-//! Chat completions behind one trait: a GGUF model in-process ([`LocalChat`](crate::extract::LocalChat),
-//! feature `llama`) or any OpenAI-compatible server ([`OpenAiChat`]). The teacher, the
-//! extractors and the eval's answer and judge models all ask their models through it.
+//! Chat completions behind one trait: a GGUF model in-process ([`LocalChat`], feature `llama`)
+//! or any OpenAI-compatible server ([`OpenAiChat`]). The teacher, the extractors and the eval's
+//! answer and judge models all ask their models through it.
 //!
 //! A [`ChatRequest`] is the messages, a token limit, an optional JSON schema (constrained
 //! decoding in-process, `response_format` on a server), whether to damp repeats and whether to
@@ -10,25 +10,10 @@
 use std::time::Instant;
 
 use memkit_prompt::ChatMessage;
-use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::extract::Usage;
 use crate::openai::{ChatCompletionRequest, JsonSchemaFormat, OpenAiClient, ResponseFormat};
-
-/// When a JSON reply's array item counts as a repeat: its string `field` has token F1 (LoCoMo's,
-/// stemmed) of at least `min_f1` with that of an earlier object item of the same array. The
-/// reply then ends after the item before it, its open arrays and objects closed (finish reason
-/// `stop`): small models asked for a list loop, and a repeat is dropped anyway. In-process and
-/// behind `memkit serve` (the request's `end_at_repeat`, a memkit extension other servers ignore).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RepeatedItem {
-    /// The string field compared (e.g. a record's `content`).
-    pub field: String,
-    /// Token F1 at which two items are one.
-    pub min_f1: f64,
-}
+pub use crate::reply::{RepeatedItem, Usage};
 
 /// One chat completion to make.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,5 +141,205 @@ impl ChatModel for OpenAiChat {
             });
         }
         out
+    }
+}
+
+#[cfg(feature = "llama")]
+pub(crate) use local::load_engine;
+#[cfg(feature = "llama")]
+pub use local::{GgufChat, LocalChat, RenderedChat};
+
+#[cfg(feature = "llama")]
+mod local {
+    use std::sync::{Mutex, PoisonError};
+
+    use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate};
+
+    use super::{ChatModel, ChatRequest, Reply, Usage};
+    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
+    use crate::{Error, Result};
+
+    impl ChatModel for LocalChat {
+        fn id(&self) -> &str {
+            &self.id
+        }
+
+        fn parallel(&self) -> usize {
+            self.batch
+        }
+
+        fn complete(&self, requests: &[ChatRequest]) -> Vec<Result<Reply>> {
+            match LocalChat::complete(self, requests) {
+                Ok(generations) => generations
+                    .into_iter()
+                    .map(|g| {
+                        let usage = Usage {
+                            prompt_tokens: g.prompt_tokens,
+                            completion_tokens: g.completion_tokens,
+                            millis: (g.timings.prefill_ms + g.timings.decode_ms).round() as u64,
+                            hit_max_tokens: g.finish_reason == FinishReason::Length,
+                        };
+                        Ok(Reply { text: g.text, usage })
+                    })
+                    .collect(),
+                Err(e) => {
+                    let message = e.to_string();
+                    requests.iter().map(|_| Err(Error::Backend(message.clone()))).collect()
+                }
+            }
+        }
+    }
+
+    /// A chat rendered for llama.cpp: the leading system message (shared by the requests of a
+    /// batch, evaluated once) and the rest, ending with the assistant header.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RenderedChat {
+        /// The system turn, or empty when the chat has none or it is not a prefix of the whole.
+        pub prefix: String,
+        /// Everything after the prefix.
+        pub suffix: String,
+    }
+
+    /// The chat template of a GGUF file with its BOS and EOS text.
+    #[derive(Debug)]
+    pub struct GgufChat {
+        template: ChatTemplate,
+        /// BOS text to strip from the rendered start: the engine adds the BOS token itself.
+        bos: Option<String>,
+    }
+
+    impl GgufChat {
+        /// The template in `engine`'s `tokenizer.chat_template`.
+        pub fn from_engine(engine: &LlamaEngine) -> Result<Self> {
+            let meta = engine.model_meta()?;
+            let source = engine.chat_template().ok_or_else(|| Error::NoChatTemplate { path: meta.path.clone() })?;
+            let text = |token: Option<i32>| token.map(|t| engine.detokenize(&[t])).transpose();
+            let (bos, eos) = (text(meta.bos)?, text(meta.eos)?);
+            let template = ChatTemplate::new(source, bos.as_deref(), eos.as_deref())?;
+            Ok(Self { template, bos: bos.filter(|b| meta.add_bos && !b.is_empty()) })
+        }
+
+        /// Renders `messages` with the generation prompt, split after a leading system message
+        /// when the template renders that message as a prefix of the whole (it does for
+        /// ChatML, Llama 3 and Qwen templates).
+        pub fn render(&self, messages: &[ChatMessage]) -> Result<RenderedChat> {
+            let whole = self.strip_bos(self.template.render(messages, true)?);
+            if messages.len() > 1 && messages[0].role == ChatRole::System {
+                let prefix = self.strip_bos(self.template.render(&messages[..1], false)?);
+                if let Some(suffix) = whole.strip_prefix(prefix.as_str()) {
+                    return Ok(RenderedChat { suffix: suffix.to_owned(), prefix });
+                }
+            }
+            Ok(RenderedChat { prefix: String::new(), suffix: whole })
+        }
+
+        fn strip_bos(&self, text: String) -> String {
+            match &self.bos {
+                Some(bos) => text.strip_prefix(bos.as_str()).map(str::to_owned).unwrap_or(text),
+                None => text,
+            }
+        }
+    }
+
+    /// Chats with a GGUF model in-process: any chat rendered with the model's template, decoded
+    /// in batches, greedily, after a shared prefix that the engine evaluates once and keeps
+    /// cached across calls: the chats' system turn (chats with different system turns decode in
+    /// one batch per system turn). Calls from several threads take turns on the one engine.
+    #[derive(Debug)]
+    pub struct LocalChat {
+        id: String,
+        engine: Mutex<LlamaEngine>,
+        chat: GgufChat,
+        batch: usize,
+    }
+
+    impl LocalChat {
+        /// A chat over `engine` with the GGUF's chat template.
+        pub fn new(engine: LlamaEngine) -> Result<Self> {
+            let chat = GgufChat::from_engine(&engine)?;
+            let path = engine.model_meta()?.path;
+            let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let batch = (engine.options().n_seq_max as usize).saturating_sub(1).max(1);
+            Ok(Self { id: format!("gguf:{name}"), engine: Mutex::new(engine), chat, batch })
+        }
+
+        /// Loads a GGUF sized for `batch` chats at once: one KV sequence per chat plus the
+        /// shared system prompt, `n_ctx` cells (default: 2048 + `batch` × (4096 + `max_tokens`),
+        /// room for a long prompt and the reply in each); `threads` defaults to the cores.
+        pub fn load(gguf: &std::path::Path, batch: usize, threads: Option<usize>, n_ctx: Option<u32>, max_tokens: usize) -> Result<Self> {
+            Self::new(load_engine(gguf, batch, threads, n_ctx, max_tokens)?)
+        }
+
+        /// `gguf:<file name>`.
+        pub fn id(&self) -> &str {
+            &self.id
+        }
+
+        /// Replies to `requests` (each chat ends with the user turn), greedily, in one batch
+        /// after their shared prefix (see [`LocalChat`]).
+        pub fn complete(&self, requests: &[ChatRequest]) -> Result<Vec<Generation>> {
+            if requests.is_empty() {
+                return Ok(Vec::new());
+            }
+            let rendered = requests.iter().map(|r| self.chat.render(&r.messages)).collect::<Result<Vec<_>>>()?;
+            // Chats with the same system turn decode together after it. Each chat is split at its
+            // own system turn whatever it is batched with, so that it gets the same tokens in any
+            // batch (text split elsewhere can tokenize differently at the cut).
+            let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+            for (i, chat) in rendered.iter().enumerate() {
+                match groups.iter_mut().find(|(prefix, _)| *prefix == chat.prefix) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((&chat.prefix, vec![i])),
+                }
+            }
+            let mut out: Vec<Option<Generation>> = vec![None; requests.len()];
+            for (prefix, members) in &groups {
+                let generate: Vec<GenerateRequest> = members
+                    .iter()
+                    .map(|&i| {
+                        let mut request = GenerateRequest::new(rendered[i].suffix.clone()).with_max_tokens(requests[i].max_tokens);
+                        if let Some(schema) = &requests[i].schema {
+                            request = request.with_json_schema(schema.clone());
+                        }
+                        if requests[i].avoid_repeats {
+                            request = request.with_dry(Dry::default());
+                        }
+                        if let Some(rule) = &requests[i].end_at_repeat {
+                            request = request.with_end_at_repeat(rule.clone());
+                        }
+                        request
+                    })
+                    .collect();
+                for (&i, generation) in members.iter().zip(self.generate(prefix, &generate)?) {
+                    out[i] = Some(generation);
+                }
+            }
+            Ok(out.into_iter().map(|g| g.expect("every chat is in one group")).collect())
+        }
+
+        fn generate(&self, prefix: &str, requests: &[GenerateRequest]) -> Result<Vec<Generation>> {
+            // A panic inside llama.cpp bookkeeping leaves no state that the next call relies
+            // on (the cached prefix is trusted only after a call finished), so a poisoned lock is
+            // still usable.
+            let mut engine = self.engine.lock().unwrap_or_else(PoisonError::into_inner);
+            engine.generate_batch(prefix, requests)
+        }
+    }
+
+    /// A GGUF engine sized for `batch` chats at once (see [`LocalChat::load`]).
+    pub(crate) fn load_engine(
+        gguf: &std::path::Path,
+        batch: usize,
+        threads: Option<usize>,
+        n_ctx: Option<u32>,
+        max_tokens: usize,
+    ) -> Result<LlamaEngine> {
+        let batch = batch.max(1) as u32;
+        let mut options = crate::generate::EngineOptions { n_seq_max: batch + 1, ..Default::default() };
+        options.n_ctx = n_ctx.unwrap_or(2048 + batch * (4096 + max_tokens as u32));
+        if let Some(threads) = threads {
+            options.n_threads = threads;
+        }
+        LlamaEngine::load(gguf, options)
     }
 }

@@ -198,6 +198,38 @@ impl SentenceEmbedder {
     }
 }
 
+/// The embedder of the engine's dense route and update step, and of grounding.
+impl memkit_text::embed::Embedder for SentenceEmbedder {
+    fn model_id(&self) -> &str {
+        SentenceEmbedder::model_id(self)
+    }
+    fn dim(&self) -> usize {
+        SentenceEmbedder::dim(self)
+    }
+    fn embed(&self, texts: &[&str]) -> std::result::Result<Vec<Vec<f32>>, memkit_text::embed::EmbedError> {
+        SentenceEmbedder::embed(self, texts).map_err(|e| memkit_text::embed::EmbedError(e.to_string()))
+    }
+}
+
+/// A record cleaner that grounds with all-MiniLM-L6-v2 when it is installed, by term coverage
+/// alone when it is not (a log line says which; [`memkit_clean::Cleaner::id`] records it).
+pub fn installed_cleaner(grounding: memkit_clean::GroundingConfig) -> Result<memkit_clean::Cleaner> {
+    let cleaner = memkit_clean::Cleaner::new(grounding);
+    if !grounding.enabled {
+        return Ok(cleaner);
+    }
+    match crate::models::locate(crate::models::ALL_MINILM_L6_V2.name) {
+        Some(dir) => {
+            tracing::info!("grounding by term coverage and all-MiniLM-L6-v2 cosine");
+            Ok(cleaner.with_embedder(Box::new(SentenceEmbedder::load(dir)?)))
+        }
+        None => {
+            tracing::info!("grounding by term coverage only (all-MiniLM-L6-v2 is not installed: memkit models fetch all-minilm-l6-v2)");
+            Ok(cleaner)
+        }
+    }
+}
+
 /// Token limit: `sentence_bert_config.json` when present (what sentence-transformers uses),
 /// else the tokenizer's own truncation, else the model's position limit.
 fn max_seq_length(dir: &Path, tokenizer: &Tokenizer, config: &Config) -> Result<usize> {

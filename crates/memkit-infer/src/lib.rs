@@ -10,12 +10,14 @@
 //!   [`gguf_tokenizer`], which rebuilds `tokenizer.json` from a GGUF file's tokenizer.
 //! - [`generate`] (feature `llama`): GGUF generation with llama.cpp ([`LlamaEngine`]): prefix
 //!   reuse, batched decoding, JSON-schema constrained decoding, stop strings.
+//! - [`reply`]: the leaf types of a reply ([`reply::Usage`], [`reply::RepeatedItem`]).
 //! - [`chat`]: the [`ChatModel`](chat::ChatModel) trait (chat requests in, replies out) over a GGUF
-//!   in-process or an OpenAI-compatible server ([`chat::OpenAiChat`]).
-//! - [`extract`]: the [`Extractor`] trait (windows → records) over an OpenAI-compatible
-//!   endpoint ([`OpenAiExtractor`]) or a GGUF in-process ([`extract::LocalExtractor`]).
-//! - [`ground`]: grounding of every extractor's records in the window (re-point, drop the
-//!   unsupported), by term coverage and the embedder's cosine.
+//!   in-process ([`chat::LocalChat`]) or an OpenAI-compatible server ([`chat::OpenAiChat`]).
+//! - [`extract`]: the [`Extractor`] trait (windows → records) and the one extractor over any
+//!   chat model ([`extract::ChatExtractor`]): an OpenAI-compatible endpoint ([`OpenAiExtractor`])
+//!   or a GGUF in-process ([`extract::LocalExtractor`]). Their records are cleaned by
+//!   memkit-clean, as every extractor's are; [`embed::installed_cleaner`] grounds with the
+//!   installed embedder.
 //! - [`openai`]: a blocking OpenAI-compatible chat-completions client with retries.
 //! - [`serve`] (feature `serve`): an OpenAI-compatible server over a local GGUF.
 //!
@@ -60,11 +62,11 @@ pub mod extract;
 #[cfg(feature = "llama")]
 pub mod generate;
 pub mod gguf_tokenizer;
-pub mod ground;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod models;
 pub mod openai;
+pub mod reply;
 #[cfg(feature = "serve")]
 pub mod serve;
 

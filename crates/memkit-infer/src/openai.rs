@@ -14,7 +14,7 @@ use memkit_prompt::ChatMessage;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use crate::chat::RepeatedItem;
+use crate::reply::RepeatedItem;
 use crate::{Error, Result};
 
 /// The environment variable holding the API key unless [`OpenAiConfig::api_key_env`] names

@@ -43,7 +43,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::extract::GgufChat;
+use crate::chat::GgufChat;
 use crate::generate::{FinishReason, GenerateRequest, LlamaEngine, Sampling};
 use crate::openai::{
     ChatCompletionRequest, ChatCompletionResponse, Choice, CompletionUsage, PromptTokensDetails, ResponseFormat, ResponseMessage,
@@ -430,8 +430,8 @@ mod tests {
     use memkit_prompt::ChatMessage;
 
     use super::*;
-    use crate::chat::RepeatedItem;
     use crate::openai::{JsonSchemaFormat, Stop};
+    use crate::reply::RepeatedItem;
 
     fn request() -> ChatCompletionRequest {
         ChatCompletionRequest::new("m", vec![ChatMessage::user("hi")])

@@ -216,7 +216,7 @@ fn top_level_items(v: Value) -> Result<Vec<Value>, String> {
                     Value::Array(items) => Ok(items),
                     Value::Null => Ok(vec![]),
                     obj @ Value::Object(_) => Ok(vec![obj]),
-                    other => Err(format!("`memories` is {}, not an array", kind(&other))),
+                    other => Err(format!("`memories` is {}, not an array", json_kind(&other))),
                 };
             }
             if map.contains_key("content") {
@@ -228,7 +228,7 @@ fn top_level_items(v: Value) -> Result<Vec<Value>, String> {
                 _ => Err("no `memories` array in the output".into()),
             }
         }
-        other => Err(format!("output is {}, not an object", kind(&other))),
+        other => Err(format!("output is {}, not an object", json_kind(&other))),
     }
 }
 
@@ -276,7 +276,9 @@ fn salvage_objects(json: &str) -> Option<Vec<Item>> {
     (!items.is_empty()).then_some(items)
 }
 
-fn kind(v: &Value) -> &'static str {
+/// How an error message names a JSON value's type (`a string`, `an object`, `null`): the one
+/// wording of the parser's and the dataset loaders' errors.
+pub fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -294,7 +296,7 @@ fn text_field(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
         Some(Value::String(s)) => Ok(s.trim().to_string()),
         Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(v.to_string()),
         Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")),
-        Some(v) => Err(format!("`{key}` is {}, not a string", kind(v))),
+        Some(v) => Err(format!("`{key}` is {}, not a string", json_kind(v))),
     }
 }
 
@@ -307,10 +309,10 @@ fn keywords_field(obj: &Map<String, Value>) -> Result<Vec<String>, String> {
             .map(|v| match v {
                 Value::String(s) => Ok(s.clone()),
                 Value::Number(_) | Value::Bool(_) => Ok(v.to_string()),
-                other => Err(format!("a keyword is {}, not a string", kind(other))),
+                other => Err(format!("a keyword is {}, not a string", json_kind(other))),
             })
             .collect::<Result<_, _>>()?,
-        Some(v) => return Err(format!("`keywords` is {}, not a list", kind(v))),
+        Some(v) => return Err(format!("`keywords` is {}, not a list", json_kind(v))),
     };
     Ok(words.into_iter().map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect())
 }
@@ -326,7 +328,7 @@ fn record_from_value(v: &Value) -> Result<ExtractedMemory, (ErrorKind, String)> 
 
 fn record_fields(v: &Value) -> Result<ExtractedMemory, String> {
     let Value::Object(rec) = v else {
-        return Err(format!("record is {}, not an object", kind(v)));
+        return Err(format!("record is {}, not an object", json_kind(v)));
     };
     let source_id = match rec.get("source_id") {
         Some(Value::Number(n)) => n
@@ -336,7 +338,7 @@ fn record_fields(v: &Value) -> Result<ExtractedMemory, String> {
         Some(Value::String(s)) => {
             s.trim().trim_start_matches('#').parse::<u64>().map_err(|_| format!("`source_id` {s:?} is not a message number"))?
         }
-        Some(other) => return Err(format!("`source_id` is {}, not a number", kind(other))),
+        Some(other) => return Err(format!("`source_id` is {}, not a number", json_kind(other))),
         None => return Err("`source_id` is missing".into()),
     };
     let source_id = u32::try_from(source_id).map_err(|_| format!("`source_id` {source_id} is out of range"))?;
@@ -344,7 +346,7 @@ fn record_fields(v: &Value) -> Result<ExtractedMemory, String> {
     // Dimensions usually sit under `dimension`; some models put them on the record itself.
     let dim = match rec.get("dimension").or_else(|| rec.get("dimensions")) {
         Some(Value::Object(d)) => d,
-        Some(other) => return Err(format!("`dimension` is {}, not an object", kind(other))),
+        Some(other) => return Err(format!("`dimension` is {}, not an object", json_kind(other))),
         None => rec,
     };
     let type_text = match text_field(dim, "memory_type")? {

@@ -29,7 +29,7 @@ mod time;
 pub use dialogue::{Dialogue, Role, Session, Turn};
 pub use error::{Error, Result};
 pub use json_schema::{ExtractorSchemaOptions, extractor_json_schema, query_json_schema};
-pub use lenient::{ErrorKind, ParseOutcome, RecordError, parse_extractor_output};
+pub use lenient::{ErrorKind, ParseOutcome, RecordError, json_kind, parse_extractor_output};
 pub use query::{AnswerDim, Hyperedge, ParsedQuery};
 pub use record::{
     Dimensions, ExtractedDimension, ExtractedMemory, ExtractorOutput, MemoryRecord, MemoryType, Pointer, UpdateAction, window_ledger_path,

@@ -6,16 +6,16 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use memkit_infer::extract::Usage;
 use memkit_infer::openai::ChatCompletionResponse;
+use memkit_infer::reply::Usage;
 use memkit_prompt::Prompts;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, Cache};
 use crate::corpus::Corpus;
 use crate::label::{self, Ask};
+use crate::ledger::ledger_path;
 use crate::recipe::DistillRecipe;
-use crate::run::ledger_path;
 use crate::teacher::Teacher;
 use crate::{Error, Result, ledger, write_atomic};
 

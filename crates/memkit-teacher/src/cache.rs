@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
-use memkit_infer::extract::Usage;
+use memkit_infer::reply::Usage;
 use memkit_prompt::ChatMessage;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::recipe::GenerationSpec;
 use crate::{Error, Result};
 
 /// What the key is made of.
@@ -26,6 +27,26 @@ struct KeyParts<'a, P: Serialize> {
 pub fn key(model: &str, messages: &[ChatMessage], params: &impl Serialize) -> String {
     let bytes = serde_json::to_vec(&KeyParts { model, messages, params }).expect("plain data serialises");
     Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The parameters of a teacher's request: everything besides the model and the messages that
+/// shapes its reply.
+#[derive(Debug, Serialize)]
+struct Params<'a> {
+    generation: &'a GenerationSpec,
+    temperature: f32,
+    avoid_repeats: bool,
+    schema: Option<&'a serde_json::Value>,
+}
+
+/// The cache key of a teacher's request: the model, the messages, the caps, the schema and the
+/// decoding.
+pub fn request_key(model: &str, request: &ChatRequest, generation: &GenerationSpec) -> String {
+    key(
+        model,
+        &request.messages,
+        &Params { generation, temperature: 0.0, avoid_repeats: request.avoid_repeats, schema: request.schema.as_ref() },
+    )
 }
 
 /// One cached reply.

@@ -37,10 +37,9 @@ use memkit_schema::{ExtractedMemory, ExtractorOutput};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Corpus, SourceKind};
+use crate::ledger::ledger_path;
 use crate::ledger::{self, Entry, Status};
 use crate::recipe::DistillRecipe;
-use crate::run::ledger_path;
-use crate::validate::Validated;
 use crate::{Result, write_atomic};
 
 /// One training example.
@@ -119,8 +118,11 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
         // Checks added after a window was labelled apply to it too (they are idempotent).
-        let mut checked =
-            Validated { records: std::mem::take(&mut entry.records), dropped: std::mem::take(&mut entry.dropped), time_fixes: 0 };
+        let mut checked = memkit_clean::Validated {
+            records: std::mem::take(&mut entry.records),
+            dropped: std::mem::take(&mut entry.dropped),
+            time_fixes: 0,
+        };
         checked.drop_duplicates();
         (entry.records, entry.dropped) = (checked.records, checked.dropped);
         if entry.status == Status::Ok && !entry.complete {

@@ -13,11 +13,11 @@
 //!
 //! Either way a reply whose records speak in the first person gets one [`repair_request`] that
 //! names each problem, and a `time` that has an exact normalised form gets it
-//! ([`normalise_time`]).
+//! ([`memkit_text::time::normalise_time`], in record cleaning).
 
 use memkit_data::{Window, WindowMessage};
 use memkit_infer::chat::ChatRequest;
-use memkit_infer::extract::Usage;
+use memkit_infer::reply::Usage;
 use memkit_infer::{ExtractConfig, Extraction};
 use memkit_prompt::{ChatMessage, Prompts};
 use memkit_schema::Role;
@@ -26,8 +26,8 @@ use memkit_text::words::tokens;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
+use crate::cache::request_key;
 use crate::recipe::{GenerationSpec, LabellingSpec, Mode};
-use crate::run::cache_key;
 
 /// One request of a window's labelling.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +64,7 @@ pub fn plan(
     let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
         let request =
             ChatRequest { avoid_repeats: labelling.avoid_repeats, ..ChatRequest::new(messages, config.max_tokens).with_schema(schema) };
-        Ask { targets, key: cache_key(model_id, &request, generation), request }
+        Ask { targets, key: request_key(model_id, &request, generation), request }
     };
     match mode {
         Mode::Window => {
@@ -235,7 +235,7 @@ pub struct Repair {
 }
 
 /// The problems of a reply that a re-ask can fix: records in the first person, and records
-/// about another speaker than the message's ([`crate::validate::other_person`]).
+/// about another speaker than the message's ([`memkit_clean::other_person`]).
 pub fn problems(window: &Window, reply: &str) -> Vec<String> {
     let parsed = Extraction::from_output(window, reply.to_owned(), Usage::default());
     parsed
@@ -246,7 +246,7 @@ pub fn problems(window: &Window, reply: &str) -> Vec<String> {
             if first_person(&r.content) {
                 Some(format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content))
             } else {
-                crate::validate::other_person(window, r)
+                memkit_clean::other_person(window, r)
                     .map(|other| format!("\"{}\" is about {other}, but the message is {name}'s and does not mention {other}: write what it tells about {name}.", r.content))
             }
         })
@@ -262,43 +262,6 @@ pub fn repair_request(ask: &Ask, reply: &str, problems: &[String], prompts: &Pro
     Ok(request)
 }
 
-/// The normalised form of a `time` that has exactly one (`2023-05-20T10:00:00` → `2023-05-20`,
-/// `2023/05/20` → `2023-05-20`, `May 2023` → `2023-05`, `May 20, 2023` → `2023-05-20`); `None`
-/// when it is already normal or has no exact form ("last week").
-pub fn normalise_time(time: &str) -> Option<String> {
-    use chrono::NaiveDate;
-    let t = time.trim();
-    if t.is_empty() || t.parse::<memkit_schema::TimeSpan>().is_ok() {
-        return None;
-    }
-    if let Some(day) = t.get(..10).filter(|_| t.len() > 10 && t.as_bytes()[10] == b'T')
-        && NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
-    {
-        return Some(day.to_owned());
-    }
-    // A four-digit year at the end, and a day only when there are three parts ("May 20, 2023").
-    let parts = t.split_whitespace().count();
-    let year_last = t.rsplit(' ').next().is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()));
-    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y/%m/%d") {
-        return Some(d.format("%Y-%m-%d").to_string());
-    }
-    if year_last && parts == 3 {
-        for format in ["%B %d, %Y", "%B %d %Y", "%d %B %Y", "%b %d, %Y", "%b %d %Y", "%d %b %Y"] {
-            if let Ok(d) = NaiveDate::parse_from_str(t, format) {
-                return Some(d.format("%Y-%m-%d").to_string());
-            }
-        }
-    }
-    if year_last && parts == 2 {
-        for format in ["%B %Y", "%b %Y"] {
-            if let Ok(d) = NaiveDate::parse_from_str(&format!("1 {t}"), &format!("%d {format}")) {
-                return Some(d.format("%Y-%m").to_string());
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use memkit_data::WindowMessage;
@@ -306,33 +269,41 @@ mod tests {
     use super::*;
 
     fn message(number: u32, speaker: &str, text: &str) -> WindowMessage {
-        WindowMessage {
-            number,
-            turn_id: format!("D1:{number}"),
-            speaker: speaker.into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            assistant_reply: None,
-        }
+        WindowMessage::user(number, speaker, text)
     }
 
     fn window() -> Window {
-        Window {
-            id: "conv-30/w0".into(),
-            dialogue_id: "conv-30".into(),
-            index: 0,
-            context: 1,
-            max_message_chars: 8000,
-            messages: vec![
+        Window::of(
+            "conv-30/w0",
+            1,
+            vec![
                 message(1, "Gina", "Hey Jon! Good to see you. What's up? Anything new?"),
                 message(2, "Jon", "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own business."),
                 message(3, "Gina", "Sorry about your job Jon, but starting your own business sounds awesome!"),
                 message(4, "Jon", "Thanks, Gina!"),
                 message(5, "Gina", "Wow, that's awesome! Good luck!"),
             ],
-        }
+        )
+    }
+
+    #[test]
+    fn first_person_records_and_records_about_the_other_speaker_are_listed_for_repair() {
+        let record = |id: u32, speaker: &str, content: &str| {
+            serde_json::json!({"source_id": id, "source_speaker": speaker, "content": content,
+                "dimension": {"memory_type": "episodic", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+        };
+        let reply = serde_json::json!({"memories": [
+            // Jon's message names Gina: a record about her is his to give.
+            record(2, "Jon", "Gina lost her job as a banker."),
+            record(2, "Jon", "I am taking a shot at a business of my own."),
+            // Gina's message names no one: a record about Jon is not hers.
+            record(5, "Gina", "Jon started his own business."),
+        ]})
+        .to_string();
+        let problems = problems(&window(), &reply);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("speaks as the speaker") && problems[0].contains("name Jon"), "{problems:?}");
+        assert!(problems[1].contains("is about Jon, but the message is Gina's"), "{problems:?}");
     }
 
     #[test]
@@ -422,22 +393,5 @@ mod tests {
         assert_eq!(again.messages.len(), 4);
         assert_eq!(again.messages[2].content, reply);
         assert!(again.messages[3].content.contains("name Jon"));
-    }
-
-    #[test]
-    fn times_with_one_exact_normal_form_are_normalised() {
-        let cases = [
-            ("2023-05-20T10:00:00", Some("2023-05-20")),
-            ("2023/05/20", Some("2023-05-20")),
-            ("May 2023", Some("2023-05")),
-            ("May 20, 2023", Some("2023-05-20")),
-            ("20 May 2023", Some("2023-05-20")),
-            ("2023-05", None),
-            ("last week", None),
-            ("", None),
-        ];
-        for (time, expected) in cases {
-            assert_eq!(normalise_time(time).as_deref(), expected, "{time}");
-        }
     }
 }

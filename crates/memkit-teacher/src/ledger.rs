@@ -8,8 +8,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use memkit_infer::extract::Usage;
-use memkit_infer::ground::Grounded;
+use memkit_clean::{Dropped, Grounded};
+use memkit_infer::reply::Usage;
 use memkit_schema::{ErrorKind, ExtractedMemory};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -17,8 +17,17 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::SourceKind;
 use crate::label::Repair;
 use crate::recipe::Mode;
-use crate::validate::Dropped;
 use crate::{Error, Result};
+
+/// The ledger of finished windows in an output folder.
+pub fn ledger_path(out_dir: &Path) -> PathBuf {
+    out_dir.join("ledger.jsonl")
+}
+
+/// The failures ledger of an output folder.
+pub fn failures_path(out_dir: &Path) -> PathBuf {
+    out_dir.join("failures.jsonl")
+}
 
 /// How a finished window ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +92,10 @@ pub struct Entry {
     /// existed count as complete.
     #[serde(default = "yes")]
     pub complete: bool,
+    /// The cleaning policy the records passed ([`memkit_clean::Cleaner::id`]: grounding's
+    /// thresholds and embedder); empty in entries written before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cleaner: String,
 }
 
 fn yes() -> bool {

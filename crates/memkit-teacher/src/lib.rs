@@ -7,8 +7,8 @@
 //! for a local teacher) and the output folder. [`run::run`] draws the windows in a seeded order,
 //! answers what it can from a content-addressed [`cache`], asks the [`teacher`] for the rest,
 //! re-asks replies with first-person records once, assembles the group replies into one window
-//! target, grounds every record in the window (memkit-infer's `ground`), [`validate`]s it and
-//! appends each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
+//! target, cleans its records (memkit-clean: grounded in the window, validated, one record per
+//! fact) and appends each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
 //! [`frames`] and [`stats`] then write `train.jsonl`, `valid.jsonl` (complete windows only), their
 //! parquet copies, `records.parquet`, `stats.md` and `stats.json` from the ledger.
 
@@ -25,7 +25,6 @@ pub mod recipe;
 pub mod run;
 pub mod stats;
 pub mod teacher;
-pub mod validate;
 
 pub use recipe::DistillRecipe;
 pub use run::{Progress, RunOptions, RunSummary, run};
@@ -98,6 +97,9 @@ pub enum Error {
     /// Prompt rendering failed.
     #[error(transparent)]
     Prompt(#[from] memkit_prompt::Error),
+    /// Record cleaning failed (its embedder).
+    #[error(transparent)]
+    Clean(#[from] memkit_clean::Error),
     /// The inference backend failed to start (boxed: its errors are large).
     #[error(transparent)]
     Infer(Box<memkit_infer::Error>),

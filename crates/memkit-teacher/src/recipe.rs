@@ -14,9 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
+use memkit_clean::GroundingConfig;
 use memkit_data::{SplitRatios, WindowConfig};
 use memkit_infer::ExtractConfig;
-use memkit_infer::ground::GroundingConfig;
 use memkit_prompt::PromptName;
 use memkit_schema::ExtractorSchemaOptions;
 use serde::{Deserialize, Serialize};
@@ -269,11 +269,36 @@ pub struct OutputSpec {
     /// `prompts/extract.j2`). The labels do not depend on it: `memkit distill --write-only`
     /// renders the dataset again with another.
     pub prompt: PromptName,
+    /// The least the dataset one message at a time (`messages/`) must hold. With it, `memkit
+    /// distill` labels further windows of the seeded order until the dataset does, and fails
+    /// naming the cause when `max_windows` are labelled and it still does not. None by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_examples: Option<MinExamples>,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self { valid_share: 0.1, split_seed: 42, prompt: PromptName::Student }
+        Self { valid_share: 0.1, split_seed: 42, prompt: PromptName::Student, min_examples: None }
+    }
+}
+
+/// The examples a dataset must hold (`[output] min_examples`), and how far distillation may go
+/// for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinExamples {
+    /// Training examples one message at a time.
+    pub train: usize,
+    /// Validation examples one message at a time.
+    pub valid: usize,
+    /// The most windows labelled to get them (`[corpus] windows` more at a time).
+    pub max_windows: usize,
+}
+
+impl MinExamples {
+    /// Whether `train` and `valid` examples are enough.
+    pub fn met_by(&self, train: usize, valid: usize) -> bool {
+        train >= self.train && valid >= self.valid
     }
 }
 
@@ -365,6 +390,14 @@ impl DistillRecipe {
             let name = self.output.prompt.file_name().trim_end_matches(".j2");
             return bad(format!("output.prompt = \"{name}\" is not a window prompt: use \"student\" or \"extract\""));
         }
+        if let Some(min) = &self.output.min_examples
+            && (self.corpus.windows == 0 || min.max_windows < self.corpus.windows)
+        {
+            return bad(format!(
+                "output.min_examples.max_windows = {} must be at least corpus.windows = {} (and that at least 1)",
+                min.max_windows, self.corpus.windows
+            ));
+        }
         match &self.teacher {
             TeacherSpec::Local { batch: 0, .. } => bad("teacher.batch must be at least 1".into()),
             TeacherSpec::Openai { concurrency: 0, .. } => bad("teacher.concurrency must be at least 1".into()),
@@ -431,5 +464,18 @@ model = "smollm2-135m"
         assert!(DistillRecipe::from_toml(&no_source).unwrap_err().to_string().contains("at least one source"));
         let zero = MINIMAL.replace("model = \"smollm2-135m\"", "model = \"smollm2-135m\"\nbatch = 0");
         assert!(DistillRecipe::from_toml(&zero).unwrap_err().to_string().contains("batch"));
+    }
+
+    #[test]
+    fn min_examples_reach_no_further_than_max_windows() {
+        let asked = format!("{MINIMAL}[output]\nmin_examples = {{ train = 4, valid = 2, max_windows = 20 }}\n");
+        let min = DistillRecipe::from_toml(&asked).unwrap().output.min_examples.unwrap();
+        assert!(min.met_by(4, 2));
+        assert!(!min.met_by(4, 1) && !min.met_by(3, 9));
+        let short = asked.replace("max_windows = 20", "max_windows = 4");
+        let err = DistillRecipe::from_toml(&short).unwrap_err().to_string();
+        assert!(err.contains("max_windows = 4") && err.contains("corpus.windows = 5"), "{err}");
+        let typo = asked.replace("valid = 2", "valid = 2, vaild = 3");
+        assert!(DistillRecipe::from_toml(&typo).unwrap_err().to_string().contains("vaild"));
     }
 }

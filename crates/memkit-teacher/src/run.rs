@@ -1,23 +1,23 @@
 //! The distillation loop: draw the windows, skip the finished ones, plan each window's requests
 //! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest, re-ask
-//! replies with first-person records once, assemble, ground, validate, and append each finished
-//! window to the ledgers as soon as it is done.
+//! replies with first-person records once, assemble, clean ([`memkit_clean::Cleaner`]: ground,
+//! validate, one record per fact), and append each finished window to the ledgers as soon as it
+//! is done.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
+use memkit_clean::{Cleaner, whole_failure};
 use memkit_infer::chat::ChatRequest;
-use memkit_infer::extract::Usage;
-use memkit_infer::ground::Grounder;
+use memkit_infer::reply::Usage;
 use memkit_prompt::Prompts;
 
-use crate::cache::{self, Cache};
+use crate::cache::{self, Cache, request_key};
 use crate::corpus::{self, Corpus, CorpusWindow};
 use crate::label::{self, Plan, Repair};
-use crate::ledger::{self, Entry, Failure, Ledger, Status};
+use crate::ledger::{self, Entry, Failure, Ledger, Status, failures_path, ledger_path};
 use crate::recipe::{DistillRecipe, GenerationSpec, LabellingSpec, Mode};
 use crate::teacher::Teacher;
-use crate::validate::{validate, whole_failure};
 use crate::{Error, Result};
 
 /// Backend failures in a row after which the run stops (the teacher is down).
@@ -66,34 +66,6 @@ pub struct RunSummary {
     pub backend_failures: usize,
 }
 
-/// The ledger files of an output folder.
-pub fn ledger_path(out_dir: &Path) -> PathBuf {
-    out_dir.join("ledger.jsonl")
-}
-
-/// The failures ledger of an output folder.
-pub fn failures_path(out_dir: &Path) -> PathBuf {
-    out_dir.join("failures.jsonl")
-}
-
-/// The cache parameters: everything besides the model and the messages that shapes a reply.
-#[derive(Debug, serde::Serialize)]
-struct Params<'a> {
-    generation: &'a GenerationSpec,
-    temperature: f32,
-    avoid_repeats: bool,
-    schema: Option<&'a serde_json::Value>,
-}
-
-/// The cache key of a request: the model, the messages, the caps, the schema and the decoding.
-pub fn cache_key(model: &str, request: &ChatRequest, generation: &GenerationSpec) -> String {
-    cache::key(
-        model,
-        &request.messages,
-        &Params { generation, temperature: 0.0, avoid_repeats: request.avoid_repeats, schema: request.schema.as_ref() },
-    )
-}
-
 /// A reply with its usage, and whether it came from the cache.
 type Answer = ((String, Usage), bool);
 
@@ -140,8 +112,7 @@ struct Labelling<'a> {
 pub type Labelled = (String, std::result::Result<(Entry, Option<Failure>), String>);
 
 /// Labels planned windows together (their requests in one call, their re-asks in a second):
-/// asks, re-asks, assembles, grounds and validates. Also what `memkit extract` runs for a
-/// teacher.
+/// asks, re-asks, assembles and cleans. Also what `memkit extract` runs for a teacher.
 pub fn label_windows(
     chunk: Vec<(&CorpusWindow, Plan)>,
     labelling: &LabellingSpec,
@@ -149,7 +120,7 @@ pub fn label_windows(
     teacher: &Teacher,
     cache: &Cache,
     prompts: &Prompts,
-    grounder: &Grounder,
+    cleaner: &Cleaner,
 ) -> Result<Vec<Labelled>> {
     let started = Instant::now();
     let mut work: Vec<Labelling<'_>> = chunk
@@ -186,7 +157,7 @@ pub fn label_windows(
                 let problems = label::problems(&l.window.window, &l.replies[k].0);
                 if !problems.is_empty() {
                     let request = label::repair_request(ask, &l.replies[k].0, &problems, prompts)?;
-                    let key = cache_key(teacher.id(), &request, generation);
+                    let key = request_key(teacher.id(), &request, generation);
                     follow_ups.push((i, k, request, key, problems));
                 }
             }
@@ -203,14 +174,14 @@ pub fn label_windows(
             };
             l.all_cached &= cached;
             l.requests += 1;
-            let whole = whole_failure(&memkit_infer::Extraction::from_output(&l.window.window, text.clone(), usage)).is_none();
+            let whole = whole_failure(&memkit_infer::Extraction::from_output(&l.window.window, text.clone(), usage).errors).is_none();
             let fixed = whole && label::problems(&l.window.window, &text).is_empty();
             // Both replies' costs count; the second replaces the first only when it fixed it.
             let spent = l.replies[*k].1;
             if fixed {
-                l.replies[*k] = (text, add_usage(spent, usage));
+                l.replies[*k] = (text, spent.plus(usage));
             } else {
-                l.replies[*k].1 = add_usage(spent, Usage { hit_max_tokens: false, ..usage });
+                l.replies[*k].1 = spent.plus(Usage { hit_max_tokens: false, ..usage });
             }
             l.repairs.push(Repair { targets: l.plan.asks[*k].targets.clone(), problems: problems.clone(), fixed });
         }
@@ -224,17 +195,17 @@ pub fn label_windows(
             out.push((id, Err(reason)));
             continue;
         }
-        out.push((id, Ok(finish(l, wall_ms, teacher, grounder)?)));
+        out.push((id, Ok(finish(l, wall_ms, teacher, cleaner)?)));
     }
     Ok(out)
 }
 
-/// Assembles, grounds and validates one window's replies into its ledger entry (and its
-/// failure, for a reply that was not whole).
-fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, grounder: &Grounder) -> Result<(Entry, Option<Failure>)> {
+/// Assembles and cleans one window's replies into its ledger entry (and its failure, for a
+/// reply that was not whole).
+fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, cleaner: &Cleaner) -> Result<(Entry, Option<Failure>)> {
     let w = l.window;
     let plan = &l.plan;
-    let mut extraction = label::assemble(&w.window, plan, &l.replies);
+    let extraction = label::assemble(&w.window, plan, &l.replies);
     let mut entry = Entry {
         window_id: w.window.id.clone(),
         source: w.source,
@@ -254,31 +225,22 @@ fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, grounder: &Grounder
         grounding: Vec::new(),
         time_fixes: 0,
         complete: false,
+        cleaner: cleaner.id(),
     };
-    if let Some((kind, reason)) = whole_failure(&extraction) {
+    if let Some((kind, reason)) = whole_failure(&extraction.errors) {
         entry.status = Status::Unparsable;
         entry.failure = Some(kind);
         let failure =
             Failure { window_id: entry.window_id.clone(), model: entry.model.clone(), kind: Some(kind), reason, raw: extraction.raw };
         return Ok((entry, Some(failure)));
     }
-    grounder.ground(&w.window, &mut extraction)?;
-    let validated = validate(&w.window, &extraction);
-    entry.complete = validated.complete();
-    entry.time_fixes = validated.time_fixes;
-    entry.records = validated.records;
-    entry.dropped = validated.dropped;
-    entry.grounding = extraction.grounding;
+    let cleaned = cleaner.clean(&w.window, &extraction.records, &extraction.errors)?;
+    entry.complete = cleaned.complete();
+    entry.time_fixes = cleaned.time_fixes;
+    entry.records = cleaned.records;
+    entry.dropped = cleaned.dropped;
+    entry.grounding = cleaned.grounding;
     Ok((entry, None))
-}
-
-fn add_usage(a: Usage, b: Usage) -> Usage {
-    Usage {
-        prompt_tokens: a.prompt_tokens + b.prompt_tokens,
-        completion_tokens: a.completion_tokens + b.completion_tokens,
-        millis: a.millis + b.millis,
-        hit_max_tokens: a.hit_max_tokens || b.hit_max_tokens,
-    }
 }
 
 /// Labels the recipe's windows that are not finished yet.
@@ -286,7 +248,7 @@ pub fn run(
     recipe: &DistillRecipe,
     options: &RunOptions,
     teacher: &Teacher,
-    grounder: &Grounder,
+    cleaner: &Cleaner,
     progress: &dyn Progress,
 ) -> Result<(Corpus, RunSummary)> {
     let corpus = corpus::select(&recipe.corpus, &options.data_dir)?;
@@ -304,8 +266,7 @@ pub fn run(
         skipped_long = corpus.skipped_long,
         teacher = teacher.id(),
         ?mode,
-        grounding = grounder.config().enabled,
-        embedder = grounder.embeds(),
+        cleaner = cleaner.id(),
         "distilling"
     );
 
@@ -324,7 +285,7 @@ pub fn run(
             .iter()
             .map(|w| Ok((*w, label::plan(&w.window, mode, &recipe.labelling, &recipe.generation, &prompts, teacher.id())?)))
             .collect::<Result<Vec<_>>>()?;
-        for (id, result) in label_windows(chunk, &recipe.labelling, &recipe.generation, teacher, &cache, &prompts, grounder)? {
+        for (id, result) in label_windows(chunk, &recipe.labelling, &recipe.generation, teacher, &cache, &prompts, cleaner)? {
             let (entry, failure) = match result {
                 Ok(done) => done,
                 Err(reason) => {

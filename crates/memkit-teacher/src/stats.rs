@@ -8,7 +8,7 @@ use std::path::Path;
 use polars::prelude::{DataFrame, DataType, PolarsResult, SeriesMethods};
 use serde::{Deserialize, Serialize};
 
-use memkit_infer::ground::GroundingTally;
+use memkit_clean::GroundingTally;
 
 use crate::corpus::{Corpus, SourceKind};
 use crate::dataset::{Dataset, windows_per_source};

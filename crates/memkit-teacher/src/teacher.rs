@@ -1,5 +1,5 @@
 //! The teacher: a chat model behind memkit-infer's [`ChatModel`] trait, a GGUF in-process
-//! ([`LocalChat`](memkit_infer::extract::LocalChat): prefix-cached, batched, schema-constrained)
+//! ([`LocalChat`](memkit_infer::chat::LocalChat): prefix-cached, batched, schema-constrained)
 //! or any OpenAI-compatible server ([`OpenAiChat`]: retries with backoff and jitter, timeouts,
 //! `response_format` JSON schema, several requests in flight), with its prices.
 
@@ -67,7 +67,7 @@ pub fn from_spec(spec: &TeacherSpec, max_tokens: usize) -> Result<Teacher> {
     Ok(match spec {
         TeacherSpec::Local { model, threads, batch, n_ctx } => {
             let path = resolve_model(model)?;
-            let chat = memkit_infer::extract::LocalChat::load(&path, *batch, *threads, *n_ctx, max_tokens)?;
+            let chat = memkit_infer::chat::LocalChat::load(&path, *batch, *threads, *n_ctx, max_tokens)?;
             Teacher::new(Box::new(chat), None)
         }
         TeacherSpec::Openai { base_url, model, api_key_env, concurrency, timeout_s, max_retries, price } => {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use memkit_teacher::ledger::{self, Entry, Failure, Status};
-use memkit_teacher::run::{failures_path, ledger_path};
+use memkit_teacher::ledger::{failures_path, ledger_path};
 use memkit_teacher::teacher::from_spec;
 use memkit_teacher::{DistillRecipe, Error, RunOptions, RunSummary, run};
 
@@ -54,8 +54,8 @@ fn options(cache: &Path) -> RunOptions {
 
 fn distill(recipe: &DistillRecipe, cache: &Path) -> Result<RunSummary, Error> {
     let teacher = from_spec(&recipe.teacher, recipe.generation.max_tokens)?;
-    let grounder = memkit_infer::ground::Grounder::new(recipe.grounding);
-    run(recipe, &options(cache), &teacher, &grounder, &memkit_teacher::run::Silent).map(|(_, s)| s)
+    let cleaner = memkit_clean::Cleaner::new(recipe.grounding);
+    run(recipe, &options(cache), &teacher, &cleaner, &memkit_teacher::run::Silent).map(|(_, s)| s)
 }
 
 /// How the fake teacher answers.

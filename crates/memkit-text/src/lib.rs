@@ -9,7 +9,9 @@
 //!   matching in extraction agreement, near-duplicate records.
 //! - [`person`]: first-person detection (records must name their subject).
 //! - [`cues`]: whether a message states a reason or a purpose.
-//! - [`time`]: time expressions resolved against a reference date (questions, messages).
+//! - [`time`]: time expressions resolved against a reference date (questions, messages), and the
+//!   one normal form of a record's `time`.
+//! - [`embed`]: the [`Embedder`](embed::Embedder) trait every sentence embedder implements.
 //!
 //! ```
 //! use memkit_text::{f1::f1_score, person::first_person, words::terms};
@@ -19,6 +21,7 @@
 //! ```
 
 pub mod cues;
+pub mod embed;
 pub mod f1;
 pub mod person;
 pub mod porter;

@@ -345,6 +345,42 @@ pub fn mentioned_time(text: &str, reference: Option<NaiveDate>) -> Option<TimeSp
     }
 }
 
+/// The normalised form of a `time` that has exactly one (`2023-05-20T10:00:00` → `2023-05-20`,
+/// `2023/05/20` → `2023-05-20`, `May 2023` → `2023-05`, `May 20, 2023` → `2023-05-20`); `None`
+/// when it is already normal or has no exact form ("last week").
+pub fn normalise_time(time: &str) -> Option<String> {
+    let t = time.trim();
+    if t.is_empty() || t.parse::<TimeSpan>().is_ok() {
+        return None;
+    }
+    if let Some(day) = t.get(..10).filter(|_| t.len() > 10 && t.as_bytes()[10] == b'T')
+        && NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
+    {
+        return Some(day.to_owned());
+    }
+    // A four-digit year at the end, and a day only when there are three parts ("May 20, 2023").
+    let parts = t.split_whitespace().count();
+    let year_last = t.rsplit(' ').next().is_some_and(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()));
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y/%m/%d") {
+        return Some(d.format("%Y-%m-%d").to_string());
+    }
+    if year_last && parts == 3 {
+        for format in ["%B %d, %Y", "%B %d %Y", "%d %B %Y", "%b %d, %Y", "%b %d %Y", "%d %b %Y"] {
+            if let Ok(d) = NaiveDate::parse_from_str(t, format) {
+                return Some(d.format("%Y-%m-%d").to_string());
+            }
+        }
+    }
+    if year_last && parts == 2 {
+        for format in ["%B %Y", "%b %Y"] {
+            if let Ok(d) = NaiveDate::parse_from_str(&format!("1 {t}"), &format!("%d {format}")) {
+                return Some(d.format("%Y-%m").to_string());
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,5 +465,22 @@ mod tests {
         assert_eq!(mentioned_time("last week", r).unwrap().to_string(), "2023-05-22/2023-05-28");
         assert_eq!(mentioned_time("since March", r), None);
         assert_eq!(mentioned_time("nothing here", r), None);
+    }
+
+    #[test]
+    fn times_with_one_exact_normal_form_are_normalised() {
+        let cases = [
+            ("2023-05-20T10:00:00", Some("2023-05-20")),
+            ("2023/05/20", Some("2023-05-20")),
+            ("May 2023", Some("2023-05")),
+            ("May 20, 2023", Some("2023-05-20")),
+            ("20 May 2023", Some("2023-05-20")),
+            ("2023-05", None),
+            ("last week", None),
+            ("", None),
+        ];
+        for (time, expected) in cases {
+            assert_eq!(normalise_time(time).as_deref(), expected, "{time}");
+        }
     }
 }

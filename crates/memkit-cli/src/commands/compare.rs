@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use memkit_clean::Validated;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
 use memkit_infer::extract::LocalExtractor;
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::parse_extractor_output;
-use memkit_teacher::validate::Validated;
 use serde::Deserialize;
 
 use crate::progress::Bars;
@@ -102,7 +102,7 @@ pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> 
 /// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time,
 /// with the extractor's replies in row order and the number of its records dropped as near
 /// duplicates of an earlier one in the same reply. Extraction and distillation drop those
-/// (`memkit_infer::extract::repeated`), so they are dropped here too: a small model that loops is
+/// (`memkit_clean::duplicate::repeated`), so they are dropped here too: a small model that loops is
 /// scored on its distinct records.
 pub fn agreement_on(
     extractor: &LocalExtractor,
@@ -113,7 +113,7 @@ pub fn agreement_on(
     let mut outputs = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
-        outputs.extend(extractor.complete(&chats)?.into_iter().map(|g| g.text));
+        outputs.extend(extractor.complete(&chats)?.into_iter().map(|reply| reply.text));
         bar.inc(chunk.len() as u64);
     }
     let (agreement, duplicates) = score_replies(rows, &outputs);

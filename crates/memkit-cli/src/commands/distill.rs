@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use memkit_infer::ground::Grounder;
 use memkit_teacher::cache::Cache;
 use memkit_teacher::recipe::{Mode, TeacherSpec};
 use memkit_teacher::{DistillRecipe, RunOptions, batch, dataset, stats};
@@ -145,53 +144,127 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         }
     }
 
-    let (corpus, teacher_id, price) = if args.write_only {
-        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
-        (corpus, None, price_of(&recipe))
+    // The teacher is loaded once, however many rounds `[output] min_examples` takes.
+    let teacher = if args.write_only {
+        None
     } else {
         let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens).context("starting the teacher")?;
-        let grounder = Grounder::with_installed_embedder(recipe.grounding).context("loading the grounding embedder")?;
-        let bar = Bar(bars.bar(0, "distill"));
-        let (corpus, summary) = memkit_teacher::run(&recipe, &options, &teacher, &grounder, &bar)
-            .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
-        tracing::info!(
-            labelled = summary.labelled,
-            unparsable = summary.unparsable,
-            from_cache = summary.from_cache,
-            failed = summary.backend_failures,
-            already_done = summary.already_done,
-            "run finished"
-        );
-        (corpus, Some(teacher.id().to_owned()), teacher.price())
+        let cleaner = memkit_infer::embed::installed_cleaner(recipe.grounding).context("loading the grounding embedder")?;
+        Some((teacher, cleaner))
     };
+    let step = recipe.corpus.windows;
+    loop {
+        let corpus = match &teacher {
+            None => memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?,
+            Some((teacher, cleaner)) => {
+                let bar = Bar(bars.bar(0, "distill"));
+                let (corpus, summary) = memkit_teacher::run(&recipe, &options, teacher, cleaner, &bar)
+                    .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
+                tracing::info!(
+                    labelled = summary.labelled,
+                    unparsable = summary.unparsable,
+                    from_cache = summary.from_cache,
+                    failed = summary.backend_failures,
+                    already_done = summary.already_done,
+                    "run finished"
+                );
+                corpus
+            }
+        };
+        let s = write_dataset(&recipe, &corpus, teacher.as_ref().map(|(t, _)| t), &out_dir, &command)?;
+        let Some(min) = recipe.output.min_examples else { break };
+        let [train, valid] = s.message_examples;
+        if min.met_by(train, valid) {
+            break;
+        }
+        let available: usize = corpus.available.values().sum();
+        let next = (recipe.corpus.windows + step).min(min.max_windows).min(available);
+        if teacher.is_some() && args.limit.is_none() && next > recipe.corpus.windows {
+            #[allow(clippy::print_stdout)]
+            {
+                println!(
+                    "{}: {train} train / {valid} valid examples one message at a time, the recipe asks for {} / {} \
+                     ([output] min_examples): labelling {next} windows",
+                    out_dir.join(dataset::MESSAGES_DIR).display(),
+                    min.train,
+                    min.valid
+                );
+            }
+            recipe.corpus.windows = next;
+            continue;
+        }
+        let why = if args.limit.is_some() {
+            "--limit stopped the run".to_owned()
+        } else if teacher.is_none() {
+            "--write-only labels nothing".to_owned()
+        } else {
+            format!("{} windows labelled, the most the recipe allows or the corpus has", s.windows_finished)
+        };
+        anyhow::bail!(
+            "{}: {train} train / {valid} valid examples one message at a time, fewer than the {} / {} that {} asks for \
+             ([output] min_examples); {why}. Of the teacher's messages, {} had every record dropped ({}), and {} windows \
+             had a reply that was not whole ({}). See {} for the rest.",
+            out_dir.join(dataset::MESSAGES_DIR).display(),
+            min.train,
+            min.valid,
+            args.recipe.display(),
+            s.failed_messages,
+            counts(&s.dropped),
+            s.windows_finished.saturating_sub(s.windows_parsed),
+            counts(&s.failures),
+            out_dir.join("stats.md").display(),
+        );
+    }
+    Ok(())
+}
 
-    let data = dataset::build(&recipe, &corpus)?;
+/// Writes the dataset, its stats and its README from the ledger, prints one line on it and
+/// returns the stats. `teacher` is the one that labelled in this run (none: `--write-only`).
+fn write_dataset(
+    recipe: &DistillRecipe,
+    corpus: &memkit_teacher::corpus::Corpus,
+    teacher: Option<&memkit_teacher::Teacher>,
+    out_dir: &std::path::Path,
+    command: &str,
+) -> anyhow::Result<stats::Stats> {
+    let data = dataset::build(recipe, corpus)?;
     // Rewriting from the ledger: the teachers that labelled it, not the one the recipe names now.
-    let teacher_id = teacher_id.or_else(|| ledger_teachers(&data.entries)).unwrap_or_else(|| teacher_name(&recipe));
-    dataset::write_jsonl(&data, &out_dir)?;
-    memkit_teacher::frames::write(&data, &out_dir)?;
+    let teacher_id = teacher.map(|t| t.id().to_owned()).or_else(|| ledger_teachers(&data.entries)).unwrap_or_else(|| teacher_name(recipe));
+    let price = teacher.map_or_else(|| price_of(recipe), |t| t.price());
+    dataset::write_jsonl(&data, out_dir)?;
+    memkit_teacher::frames::write(&data, out_dir)?;
     let batch = match &recipe.teacher {
         TeacherSpec::Local { batch, .. } => *batch,
         TeacherSpec::Openai { .. } => 1,
     };
-    let s = stats::compute(&data, &corpus, price, batch)?;
-    stats::write(&s, &out_dir, &recipe.name, &teacher_id, &command)?;
-    memkit_teacher::write_atomic(&out_dir.join("README.md"), readme(&recipe, &s, &teacher_id, &command).as_bytes())?;
+    let s = stats::compute(&data, corpus, price, batch)?;
+    stats::write(&s, out_dir, &recipe.name, &teacher_id, command)?;
+    memkit_teacher::write_atomic(&out_dir.join("README.md"), readme(recipe, &s, &teacher_id, command).as_bytes())?;
     #[allow(clippy::print_stdout)]
     {
         println!(
-            "{}: {} / {} windows labelled ({:.1}% valid JSON), {} records, {} train / {} valid examples",
+            "{}: {} / {} windows labelled ({:.1}% valid JSON), {} records, {} train / {} valid examples ({} / {} one message at a time)",
             out_dir.display(),
             s.windows_finished,
             s.windows_drawn,
             100.0 * s.json_validity,
             s.records,
             s.train_examples,
-            s.valid_examples
+            s.valid_examples,
+            s.message_examples[0],
+            s.message_examples[1],
         );
         println!("stats: {}", out_dir.join("stats.md").display());
     }
-    Ok(())
+    Ok(s)
+}
+
+/// `name n, name n` of a tally, or `none`.
+fn counts(tally: &std::collections::BTreeMap<String, usize>) -> String {
+    if tally.is_empty() {
+        return "none".into();
+    }
+    tally.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The teacher ids of a ledger's entries, in order, joined (`None` for an empty ledger).

@@ -5,10 +5,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use memkit_clean::{Cleaner, Dropped, GroundingConfig, GroundingTally};
 use memkit_data::{Window, WindowConfig, windows};
 use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
 use memkit_infer::chat::{ChatModel, OpenAiChat};
-use memkit_infer::ground::{Grounder, GroundingConfig, GroundingTally};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 use memkit_infer::{ExtractConfig, Extraction, Extractor, OpenAiExtractor};
 use memkit_prompt::TrainedWindow;
@@ -172,9 +172,15 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             // where it stopped; windows already there (from the same extractor settings) are
             // not extracted again.
             let ledger_path = args.output.as_deref().map(memkit_schema::window_ledger_path);
-            let key = extractor_key(&args)?;
-            let mut done: HashMap<String, Extraction> = HashMap::new();
-            let mut batch_of: HashMap<String, usize> = HashMap::new();
+            // Every extractor's records pass the one cleaning policy; which one ran (grounding's
+            // thresholds and embedder) is part of the resume key.
+            let cleaner = if args.no_grounding {
+                Cleaner::new(GroundingConfig { enabled: false, ..GroundingConfig::default() })
+            } else {
+                memkit_infer::embed::installed_cleaner(grounding(&args))?
+            };
+            let key = extractor_key(&args, &cleaner)?;
+            let mut done: HashMap<String, Finished> = HashMap::new();
             if let (Some(path), true) = (&ledger_path, args.restart) {
                 match std::fs::remove_file(path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -192,8 +198,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                             entry.extractor
                         );
                     }
-                    batch_of.insert(entry.extraction.window_id.clone(), entry.batch.max(1));
-                    done.insert(entry.extraction.window_id.clone(), entry.extraction);
+                    done.insert(entry.extraction.window_id.clone(), entry);
                 }
             }
             let todo: Vec<Window> = all.iter().filter(|w| !done.contains_key(&w.id)).cloned().collect();
@@ -201,22 +206,17 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 tracing::info!(finished = all.len() - todo.len(), left = todo.len(), "resuming from the window ledger");
             }
             if !todo.is_empty() {
-                let grounder = if args.no_grounding {
-                    Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() })
-                } else {
-                    Grounder::with_installed_embedder(grounding(&args))?
-                };
                 let model = model_of(&args, extract)?;
                 let mut ledger = ledger_path.as_deref().map(memkit_teacher::ledger::Ledger::open).transpose()?;
                 let bar = bars.bar(todo.len() as u64, "extract");
                 for group in todo.chunks(model.chunk()) {
-                    let extractions = model.extract(group, &grounder).with_context(|| format!("extracting window {}", group[0].id))?;
-                    for extraction in extractions {
+                    let extractions = model.extract(group, &cleaner).with_context(|| format!("extracting window {}", group[0].id))?;
+                    for (extraction, dropped) in extractions {
+                        let finished = Finished { extractor: key.clone(), batch: group.len(), extraction, dropped };
                         if let Some(ledger) = ledger.as_mut() {
-                            ledger.append(&Finished { extractor: key.clone(), batch: group.len(), extraction: extraction.clone() })?;
+                            ledger.append(&finished)?;
                         }
-                        batch_of.insert(extraction.window_id.clone(), group.len());
-                        done.insert(extraction.window_id.clone(), extraction);
+                        done.insert(finished.extraction.window_id.clone(), finished);
                     }
                     bar.inc(group.len() as u64);
                 }
@@ -225,11 +225,11 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             let (mut bad, mut invalid, mut millis, mut completion) = (0usize, 0usize, 0u64, 0usize);
             let mut grounding = GroundingTally::default();
             for window in &all {
-                let extraction = &done[&window.id];
+                let Finished { extraction, dropped, batch, .. } = &done[&window.id];
                 grounding.add(GroundingTally::of(&extraction.grounding));
-                invalid += extraction.errors.len();
-                bad += usize::from(extraction.records.is_empty() && !extraction.errors.is_empty());
-                millis += extraction.usage.millis / batch_of[&window.id] as u64;
+                invalid += dropped.len();
+                bad += usize::from(extraction.records.is_empty() && !dropped.is_empty());
+                millis += extraction.usage.millis / (*batch).max(1) as u64;
                 completion += extraction.usage.completion_tokens;
                 records.extend(extraction.to_records(window));
             }
@@ -287,7 +287,11 @@ struct Finished {
     /// time, so one window's share is `millis / batch`.
     #[serde(default = "one")]
     batch: usize,
+    /// The reply as parsed, its records after cleaning (with grounding's decisions).
     extraction: Extraction,
+    /// The records cleaning dropped, each with its reason (older ledgers: in `extraction.errors`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    dropped: Vec<Dropped>,
 }
 
 fn one() -> usize {
@@ -296,8 +300,9 @@ fn one() -> usize {
 
 /// What decides a window's records: the model (for a file: its size and a hash of its last MiB,
 /// so a retrained model under the same name is a new extractor) or endpoint, the limits, how a
-/// teacher labels, and grounding.
-fn extractor_key(args: &Args) -> anyhow::Result<String> {
+/// teacher labels, and the cleaning policy ([`Cleaner::id`]: grounding's thresholds and
+/// embedder).
+fn extractor_key(args: &Args, cleaner: &Cleaner) -> anyhow::Result<String> {
     let model = match (&args.endpoint, &args.model) {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
         (None, Some(model)) => {
@@ -315,12 +320,8 @@ fn extractor_key(args: &Args) -> anyhow::Result<String> {
         Some(Mode::Window) => key.push_str(" teach=window"),
         None => {}
     }
-    if args.no_grounding {
-        key.push_str(" no_grounding");
-    } else {
-        let g = grounding(args);
-        key.push_str(&format!(" grounding={}/{}/{}{}", g.min_support, g.margin, g.embed_weight, if g.fields { "/fields" } else { "" }));
-    }
+    key.push(' ');
+    key.push_str(&cleaner.id());
     Ok(key)
 }
 
@@ -375,15 +376,18 @@ impl Model {
         }
     }
 
-    /// Grounded extractions of `windows`.
-    fn extract(&self, windows: &[Window], grounder: &Grounder) -> anyhow::Result<Vec<Extraction>> {
+    /// The extractions of `windows`, their records cleaned by `cleaner`, with the records it
+    /// dropped.
+    fn extract(&self, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result<Vec<(Extraction, Vec<Dropped>)>> {
         match self {
             Model::Extractor(extractor, _) => {
-                let mut extractions = extractor.extract(windows)?;
-                for (window, extraction) in windows.iter().zip(&mut extractions) {
-                    grounder.ground(window, extraction)?;
+                let mut out = Vec::with_capacity(windows.len());
+                for (window, mut extraction) in windows.iter().zip(extractor.extract(windows)?) {
+                    let cleaned = cleaner.clean(window, &extraction.records, &extraction.errors)?;
+                    (extraction.records, extraction.grounding) = (cleaned.records, cleaned.grounding);
+                    out.push((extraction, cleaned.dropped));
                 }
-                Ok(extractions)
+                Ok(out)
             }
             Model::Teacher { teacher, labelling, generation, cache } => {
                 let prompts = memkit_prompt::Prompts::embedded()?;
@@ -395,37 +399,30 @@ impl Model {
                     .map(|w| Ok((w, memkit_teacher::label::plan(&w.window, mode, labelling, generation, &prompts, teacher.id())?)))
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 let mut out = Vec::with_capacity(windows.len());
-                for (id, result) in memkit_teacher::run::label_windows(chunk, labelling, generation, teacher, cache, &prompts, grounder)? {
+                for (id, result) in memkit_teacher::run::label_windows(chunk, labelling, generation, teacher, cache, &prompts, cleaner)? {
                     let (entry, failure) = result.map_err(|reason| anyhow::anyhow!("window {id}: the teacher failed: {reason}"))?;
-                    // Dropped records keep their reason's name; a reply that was not whole keeps
-                    // its kind (the only errors without a place in the reply).
-                    let mut errors: Vec<RecordError> = entry
-                        .dropped
+                    // A reply that was not whole keeps its kind (the only error without a
+                    // place in the reply); dropped records keep their reasons.
+                    let errors: Vec<RecordError> = failure
                         .iter()
-                        .enumerate()
-                        .map(|(i, d)| RecordError {
-                            index: Some(i),
-                            kind: memkit_schema::ErrorKind::Schema,
-                            reason: d.reason.name().to_owned(),
-                            raw: d.raw.clone(),
+                        .map(|f| RecordError {
+                            index: None,
+                            kind: f.kind.unwrap_or_default(),
+                            reason: f.reason.clone(),
+                            raw: String::new(),
                         })
                         .collect();
-                    if let Some(f) = &failure {
-                        errors.insert(
-                            0,
-                            RecordError { index: None, kind: f.kind.unwrap_or_default(), reason: f.reason.clone(), raw: String::new() },
-                        );
-                    }
-                    out.push(Extraction {
+                    let extraction = Extraction {
                         window_id: id,
                         records: entry.records,
                         errors,
                         raw: failure.map(|f| f.raw).unwrap_or_default(),
                         // The window's wall time (its requests share batches, so their own
                         // millis overlap).
-                        usage: memkit_infer::extract::Usage { millis: entry.wall_ms, ..entry.usage },
+                        usage: memkit_infer::reply::Usage { millis: entry.wall_ms, ..entry.usage },
                         grounding: entry.grounding,
-                    });
+                    };
+                    out.push((extraction, entry.dropped));
                 }
                 Ok(out)
             }
@@ -443,14 +440,9 @@ fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
         (Some(_), None) => {
             let model = args.model.as_deref().context("--teach needs --model or --endpoint")?;
             let path = memkit_teacher::teacher::resolve_model(model)?;
-            let chat = memkit_infer::extract::LocalChat::load(
-                &path,
-                args.generation.batch.max(1),
-                args.generation.threads,
-                None,
-                config.max_tokens,
-            )
-            .with_context(|| format!("loading {}", path.display()))?;
+            let chat =
+                memkit_infer::chat::LocalChat::load(&path, args.generation.batch.max(1), args.generation.threads, None, config.max_tokens)
+                    .with_context(|| format!("loading {}", path.display()))?;
             Some(Box::new(chat))
         }
     };

@@ -113,7 +113,7 @@ pub fn chat_model(
     Ok(match model {
         ModelSpec::Local { model, threads, n_ctx: set } => {
             let gguf = memkit_teacher::teacher::resolve_model(model)?;
-            let chat = memkit_infer::extract::LocalChat::load(&gguf, batch, *threads, Some(set.unwrap_or(n_ctx)), max_tokens)
+            let chat = memkit_infer::chat::LocalChat::load(&gguf, batch, *threads, Some(set.unwrap_or(n_ctx)), max_tokens)
                 .with_context(|| format!("loading {}", gguf.display()))?;
             Box::new(chat)
         }

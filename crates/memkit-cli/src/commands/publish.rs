@@ -158,6 +158,36 @@ fn modelfile(gguf: &str, trained_prompt: Option<&str>) -> anyhow::Result<String>
     Ok(text)
 }
 
+/// What the card says of the training data: the folder the recipe names and, when it (or the
+/// distillation folder above a `messages/` folder) has memkit's `stats.json`, the windows per
+/// source and per teacher as that file counts them. Nothing is claimed that the data does not
+/// say.
+fn data_line(dir: &Path) -> String {
+    let mut line = format!("`{}`", dir.display());
+    let Some(stats_dir) = [dir, dir.parent().unwrap_or(dir)].into_iter().find(|d| d.join("stats.json").is_file()) else {
+        return line + " (no `stats.json` beside it: its sources are not recorded)";
+    };
+    let Ok(stats) = read_json(&stats_dir.join("stats.json")) else { return line };
+    let tally = |key: &str| -> String {
+        stats[key]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k} {}", v.as_u64().unwrap_or(0))).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    };
+    let examples = stats["message_examples"].as_array().map(|a| a.iter().map(|v| v.as_u64().unwrap_or(0)).collect::<Vec<_>>());
+    line.push_str(&format!(
+        ": {} teacher-labelled windows by source ({})",
+        stats["windows_finished"].as_u64().unwrap_or(0),
+        tally("windows_per_source")
+    ));
+    line.push_str(&format!(", labelled by {}", tally("windows_per_teacher")));
+    if let Some([train, valid]) = examples.as_deref() {
+        line.push_str(&format!("; {train} train / {valid} valid examples one message at a time"));
+    }
+    line.push_str(&format!(" (statistics: `{}`)", stats_dir.join("stats.md").display()));
+    line
+}
+
 fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
@@ -203,11 +233,7 @@ fn model_card(
         }
     );
     let _ = writeln!(md, "- Method: {}", lora.unwrap_or_else(|| "full fine-tuning".into()));
-    let _ = writeln!(md, "- Data: `{data}` (teacher-labelled windows from LongMemEval-S filler sessions and MemoryBank; never LoCoMo)");
-    let stats = Path::new(&data).join("stats.md");
-    if stats.is_file() {
-        let _ = writeln!(md, "  (its statistics: `{}`)", stats.display());
-    }
+    let _ = writeln!(md, "- Data: {}", data_line(Path::new(&data)));
     let _ = writeln!(md, "- Recipe: `recipe.toml` (in this folder); per-step metrics: `metrics.jsonl`\n");
     let score = checkpoint_file(src, "score.json").and_then(|p| read_json(&p).ok());
     // A scored export is validated at its own step; a finished run's export, at the last one.
@@ -336,4 +362,25 @@ fn eval_at(path: &Path, step: Option<u64>) -> Option<(u64, f64, f64)> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["type"] == "eval" && step.is_none_or(|s| v["step"].as_u64() == Some(s)))
         .and_then(|v| Some((v["step"].as_u64()?, v["loss"].as_f64()?, v["accuracy"].as_f64()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_card_names_the_data_as_its_stats_count_it_and_claims_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let messages = dir.path().join("distilled/messages");
+        std::fs::create_dir_all(&messages).unwrap();
+        let unknown = data_line(&messages);
+        assert!(unknown.contains("not recorded") && !unknown.contains("LoCoMo"), "{unknown}");
+        let stats = serde_json::json!({"windows_finished": 12, "windows_per_source": {"locomo": 2, "memorybank": 10},
+            "windows_per_teacher": {"gguf:t.gguf": 12}, "message_examples": [30, 7]});
+        std::fs::write(dir.path().join("distilled/stats.json"), stats.to_string()).unwrap();
+        let line = data_line(&messages);
+        assert!(line.contains("12 teacher-labelled windows by source (locomo 2, memorybank 10)"), "{line}");
+        assert!(line.contains("labelled by gguf:t.gguf 12") && line.contains("30 train / 7 valid"), "{line}");
+        assert!(!line.contains("never"), "a card repeats what the data says, not what it should be: {line}");
+    }
 }

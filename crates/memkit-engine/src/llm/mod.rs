@@ -117,7 +117,7 @@ pub(crate) mod scripted {
     use std::sync::{Arc, Mutex};
 
     use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
-    use memkit_infer::extract::Usage;
+    use memkit_infer::reply::Usage;
 
     pub(crate) struct Scripted {
         replies: Mutex<Vec<(String, bool)>>,

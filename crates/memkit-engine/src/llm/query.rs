@@ -131,7 +131,7 @@ impl QueryParser for LlmQueryParser {
 
 #[cfg(test)]
 mod tests {
-    use memkit_infer::extract::Usage;
+    use memkit_infer::reply::Usage;
     use memkit_schema::{AnswerDim, MemoryType};
 
     use super::*;

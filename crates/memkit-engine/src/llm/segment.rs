@@ -196,7 +196,7 @@ impl Segmenter for LlmSegmenter {
 
 #[cfg(test)]
 mod tests {
-    use memkit_infer::extract::Usage;
+    use memkit_infer::reply::Usage;
     use memkit_schema::{Role, Session, Turn};
 
     use super::*;

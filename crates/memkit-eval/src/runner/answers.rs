@@ -52,11 +52,10 @@ pub(super) fn qa_item(
 }
 
 /// The memories of a ranking that fit `budget` tokens (in rank order until the first that
-/// does not fit, and no further than an adaptive stop), and their tokens.
+/// does not fit, and no further than an adaptive stop: [`Ranking::returned`]), and their tokens.
 pub(super) fn memories_within(prepared: &Prepared, ranking: &Ranking, counter: &TokenCounter, budget: usize) -> (Vec<AnswerMemory>, usize) {
     let (mut memories, mut used) = (Vec::new(), 0);
-    let end = ranking.stop.unwrap_or(ranking.order.len()).min(ranking.order.len());
-    for &i in &ranking.order[..end] {
+    for &i in ranking.returned() {
         let t = prepared.units[i].tokens(counter);
         if used + t > budget {
             break;
@@ -108,4 +107,29 @@ pub(super) fn answer_questions(
         },
         results,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::tally::tests::four_units;
+
+    fn read(ranking: &Ranking, budget: usize) -> (Vec<String>, usize) {
+        let (memories, used) = memories_within(&four_units(), ranking, &TokenCounter::Words13, budget);
+        (memories.into_iter().map(|m| m.content).collect(), used)
+    }
+
+    #[test]
+    fn the_answer_model_reads_the_prefix_that_fits_and_nothing_past_a_stop() {
+        // Units of 100, 200, 300 and 50 tokens.
+        let ranked = Ranking::new(vec![1, 0, 2, 3], None);
+        // 200 + 100 fit 500; unit 2 (300 more) does not, and unit 3 after it is not read.
+        assert_eq!(read(&ranked, 500), (vec!["unit 1".to_owned(), "unit 0".to_owned()], 300));
+        assert_eq!(read(&ranked, 1000).1, 650);
+        assert_eq!(read(&ranked, 150), (Vec::new(), 0), "the first unit does not fit: nothing is read");
+        // The stop returns units 2 and 3: at 1,000 tokens they are all the model reads.
+        let adaptive = Ranking::new(vec![2, 3, 1, 0], Some(2));
+        assert_eq!(read(&adaptive, 1000), (vec!["unit 2".to_owned(), "unit 3".to_owned()], 350));
+        assert_eq!(read(&adaptive, 320), (vec!["unit 2".to_owned()], 300));
+    }
 }

@@ -94,17 +94,16 @@ fn read_window_ledger(records_file: &std::path::Path) -> Result<BTreeMap<String,
 }
 
 /// Agreement of one recipe entry: the candidate's windows against the reference's, on the
-/// windows both extracted.
+/// windows both extracted. A window whose reference reply did not parse has no known target: it
+/// is left out and counted (`reference_unparsable_windows`), never scored as "the reference
+/// found nothing".
 pub(super) fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate::report::NamedAgreement> {
     let reference = read_window_ledger(&spec.reference)?;
     let candidate = read_window_ledger(&spec.candidate)?;
-    let pairs: Vec<crate::agreement::WindowPair<'_>> = reference
-        .iter()
-        .filter_map(|(id, r)| {
-            let c = candidate.get(id)?;
-            Some(crate::agreement::WindowPair { reference: r.as_deref().unwrap_or(&[]), candidate: c.as_deref() })
-        })
-        .collect();
+    let shared = || reference.iter().filter_map(|(id, r)| Some((r, candidate.get(id)?)));
+    let unparsable = shared().filter(|(r, _)| r.is_none()).count();
+    let pairs: Vec<crate::agreement::WindowPair<'_>> =
+        shared().filter_map(|(r, c)| Some(crate::agreement::WindowPair { reference: r.as_deref()?, candidate: c.as_deref() })).collect();
     if pairs.is_empty() {
         return Err(Error::Dataset(format!(
             "agreement {:?}: {} and {} share no window",
@@ -113,7 +112,9 @@ pub(super) fn agreement_of(spec: &crate::recipe::AgreementSpec) -> Result<crate:
             memkit_schema::window_ledger_path(&spec.candidate).display()
         )));
     }
-    Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement: crate::agreement::agreement(&pairs) })
+    let mut agreement = crate::agreement::agreement(&pairs);
+    agreement.reference_unparsable_windows = unparsable;
+    Ok(crate::report::NamedAgreement { name: spec.name.clone(), agreement })
 }
 
 #[cfg(test)]
@@ -179,5 +180,31 @@ mod tests {
 
         let missing = AgreementSpec { name: "none".into(), reference: teacher, candidate: dir.path().join("nothing.jsonl") };
         assert!(agreement_of(&missing).is_err());
+    }
+
+    #[test]
+    fn a_window_whose_reference_did_not_parse_is_left_out_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (teacher, student) = (dir.path().join("teacher.jsonl"), dir.path().join("student.jsonl"));
+        let cat = memory(4, "Ann adopted a cat named Tom");
+        let reply = |records: &[&serde_json::Value]| serde_json::json!({"memories": records}).to_string();
+        let teacher_lines = [
+            line("d/w0", std::slice::from_ref(&cat), &reply(&[&cat]), serde_json::json!([])),
+            // The teacher's reply was cut off: its target for w1 is unknown.
+            line("d/w1", &[], r#"{"memories": [{"source_id": 4, "content": "Ann ha"#, serde_json::json!([])),
+        ];
+        std::fs::write(memkit_schema::window_ledger_path(&teacher), teacher_lines.join("\n")).unwrap();
+        let paris = memory(5, "Ann moved to Paris in May");
+        let student_lines = [
+            line("d/w0", std::slice::from_ref(&cat), &reply(&[&cat]), serde_json::json!([])),
+            line("d/w1", std::slice::from_ref(&paris), &reply(&[&paris]), serde_json::json!([])),
+        ];
+        std::fs::write(memkit_schema::window_ledger_path(&student), student_lines.join("\n")).unwrap();
+        let spec = AgreementSpec { name: "s vs t".into(), reference: teacher, candidate: student };
+        let got = agreement_of(&spec).unwrap().agreement;
+        // Only w0 is compared: 1 of 1 matched. Scored as an empty reference, w1's record would
+        // have been a false positive (precision 0.5).
+        assert_eq!((got.windows, got.reference_unparsable_windows), (1, 1));
+        assert_eq!((got.candidate_records, got.matched, got.precision, got.f1), (1, 1, 1.0, 1.0));
     }
 }

@@ -10,7 +10,7 @@ use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter, Segmenter};
 use memkit_engine::llm::{LlmConsolidator, LlmSegmenter};
-use memkit_engine::recall::{RecallStats, assistant_replies, replies_for, reply_text};
+use memkit_engine::recall::{RecallStats, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::{AssistantReply, MemoryStore, SqliteStore};
@@ -88,6 +88,12 @@ impl Ranking {
     pub(super) fn new(order: Vec<usize>, stop: Option<usize>) -> Self {
         Ranking { order, stop, recall: None }
     }
+
+    /// What the system returns: the whole ranking, or the list its adaptive stop keeps. The one
+    /// rule of scoring: what a system returns is what is scored, counted and answered from.
+    pub(super) fn returned(&self) -> &[usize] {
+        &self.order[..self.stop.unwrap_or(self.order.len()).min(self.order.len())]
+    }
 }
 
 /// Assistant recall over one dialogue: reply units, appended after the system's own units.
@@ -104,7 +110,7 @@ impl Recall {
     /// Adds one unit per assistant reply of the dialogue to `units`.
     pub(super) fn new(dialogue: &Dialogue, units: &mut Vec<Unit>) -> Self {
         let (mut by_turn, mut unit_of, first_unit) = (HashMap::new(), HashMap::new(), units.len());
-        for reply in assistant_replies(dialogue) {
+        for reply in AssistantReply::of_dialogue(dialogue) {
             unit_of.insert(reply.reply_turn_id.clone(), units.len());
             units.push(Unit::new(reply_text(&reply), vec![reply.reply_turn_id.clone()]));
             by_turn.insert(reply.turn_id.clone(), reply);

@@ -86,8 +86,10 @@ impl Tally {
         }
     }
 
-    /// Units of the ranking as `(tokens, turn ids)`, up to the largest budget (and past it for
-    /// the adaptive list).
+    /// Scores what the system returns ([`Ranking::returned`]): a ranked list up to the largest
+    /// budget, each budget column the prefix that fits it; an adaptive list whole, its budget
+    /// columns the prefixes of that list (never a unit past its stop), and its recall and tokens
+    /// as the list it returns (`adaptive_recall`, `adaptive_tokens`, the tokens per query).
     pub(super) fn add_evidence(
         &mut self,
         prepared: &Prepared,
@@ -107,10 +109,11 @@ impl Tally {
         let max_budget = self.budgets.iter().copied().max().unwrap_or(0);
         let mut units: Vec<(usize, &[String])> = Vec::new();
         let mut used = 0;
-        for &i in &ranking.order {
+        for &i in ranking.returned() {
             let u = &prepared.units[i];
             let t = u.tokens(counter);
-            if used + t > max_budget && ranking.stop.is_none_or(|s| units.len() >= s) {
+            // A ranked list is read only up to the largest budget; an adaptive list is whole.
+            if ranking.stop.is_none() && used + t > max_budget {
                 break;
             }
             if i >= first_reply && used + t <= max_budget {
@@ -126,16 +129,13 @@ impl Tally {
         if let Some(c) = category {
             self.per_category.entry(c).or_insert_with(|| EvidenceRecall::new(&self.budgets)).add(&units, gold);
         }
-        if let (Some(stop), true) = (ranking.stop, in_main) {
-            let all: Vec<(usize, &[String])> = ranking.order[..stop.min(ranking.order.len())]
-                .iter()
-                .map(|&i| (prepared.units[i].tokens(counter), &prepared.units[i].turn_ids[..]))
-                .collect();
-            if let Some(r) = recall_of_list(&all, gold) {
-                self.adaptive_recall += r.recall;
-                self.adaptive_tokens += r.tokens as f64;
-                self.adaptive_n += 1;
-            }
+        if ranking.stop.is_some()
+            && in_main
+            && let Some(r) = recall_of_list(&units, gold)
+        {
+            self.adaptive_recall += r.recall;
+            self.adaptive_tokens += r.tokens as f64;
+            self.adaptive_n += 1;
         }
     }
 
@@ -245,4 +245,93 @@ impl Tally {
 /// The session of a LongMemEval turn id `<session>:<n>`.
 fn session_of(turn_id: &str) -> &str {
     turn_id.rsplit_once(':').map_or(turn_id, |(s, _)| s)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::cell::OnceCell;
+
+    use super::*;
+    use crate::runner::rank::Unit;
+
+    /// Units of fixed token counts: `(tokens, turn ids)`.
+    pub(in crate::runner) fn prepared(units: &[(usize, &[&str])]) -> Prepared {
+        let units = units
+            .iter()
+            .enumerate()
+            .map(|(i, (tokens, turns))| Unit {
+                tokens: OnceCell::from(*tokens),
+                ..Unit::new(format!("unit {i}"), turns.iter().map(|t| t.to_string()).collect())
+            })
+            .collect();
+        Prepared { units, ranker: Ranker::Chronological, pointers: None, recall: None, update: None }
+    }
+
+    /// 100, 200 (two turns), 300 and 50 tokens.
+    pub(in crate::runner) fn four_units() -> Prepared {
+        prepared(&[(100, &["D1:1"]), (200, &["D1:2", "D1:3"]), (300, &["D1:4"]), (50, &["D1:5"])])
+    }
+
+    fn gold(turns: &[&str]) -> Vec<String> {
+        turns.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn a_ranked_list_is_scored_per_budget_on_the_prefix_that_fits() {
+        let (p, counter) = (four_units(), TokenCounter::Words13);
+        let mut tally = Tally::new(&[250, 500, 1000], None);
+        // Gold D1:2 (unit 1, which points at two turns) and D1:5 (unit 3).
+        let ranking = Ranking::new(vec![1, 0, 2, 3], None);
+        tally.add_evidence(&p, &ranking, &counter, &gold(&["D1:2", "D1:5"]), Some("1".into()));
+        let m = tally.finish("ranked", false, &counter);
+        // @250: unit 1 (200) fits, unit 0 would make 300: D1:2 of 2 gold turns, 0.5.
+        // @500: units 1 and 0 (300); unit 2 (300 more) does not fit, and unit 3, which would,
+        //       comes after it: the prefix stops at the first unit that does not fit. 0.5.
+        // @1000: all four (650): 1.0.
+        let at: Vec<f64> = ["250", "500", "1000"].iter().map(|b| m.evidence_recall_at[*b]).collect();
+        assert_eq!(at, [0.5, 0.5, 1.0]);
+        // Tokens per query of a ranked list: what it takes at the largest budget.
+        assert_eq!(m.mean_context_tokens, 650.0);
+        assert!(!m.extra.contains_key("adaptive_recall"));
+    }
+
+    #[test]
+    fn an_adaptive_list_is_scored_on_what_it_returns_and_nothing_past_its_stop() {
+        let (p, counter) = (four_units(), TokenCounter::Words13);
+        let mut tally = Tally::new(&[250, 500, 1000], None);
+        // The stop keeps units 2 and 3 (350 tokens); units 1 and 0 are ranked after it.
+        let ranking = Ranking::new(vec![2, 3, 1, 0], Some(2));
+        tally.add_evidence(&p, &ranking, &counter, &gold(&["D1:2", "D1:5"]), Some("1".into()));
+        let m = tally.finish("adaptive", false, &counter);
+        // @250: unit 2 (300) does not fit: 0. @500: units 2 and 3 (350): D1:5, 0.5.
+        // @1000: still units 2 and 3 (unit 1, past the stop, would have reached D1:2): 0.5.
+        let at: Vec<f64> = ["250", "500", "1000"].iter().map(|b| m.evidence_recall_at[*b]).collect();
+        assert_eq!(at, [0.0, 0.5, 0.5]);
+        assert_eq!((m.extra["adaptive_recall"].as_f64(), m.extra["adaptive_tokens"].as_f64()), (Some(0.5), Some(350.0)));
+        assert_eq!(m.mean_context_tokens, 350.0);
+    }
+
+    #[test]
+    fn category_5_is_reported_apart_and_questions_without_gold_are_counted() {
+        let (p, counter) = (four_units(), TokenCounter::Words13);
+        let mut tally = Tally::new(&[250, 1000], None);
+        let ranking = Ranking::new(vec![0, 1, 2, 3], None);
+        // Category 1: D1:1 (unit 0) of D1:1 and D1:4: 0.5 @250 (units 0: 100; unit 1 makes
+        // 300), 1.0 @1000.
+        tally.add_evidence(&p, &ranking, &counter, &gold(&["D1:1", "D1:4"]), Some("1".into()));
+        // Category 2: D1:3, through unit 1's second pointer: 0 @250, 1.0 @1000.
+        tally.add_evidence(&p, &ranking, &counter, &gold(&["D1:3"]), Some("2".into()));
+        // Category 5 (adversarial): its own row only.
+        tally.add_evidence(&p, &ranking, &counter, &gold(&["D1:1"]), Some("5".into()));
+        // No gold: counted, not in the means.
+        tally.add_evidence(&p, &ranking, &counter, &[], Some("1".into()));
+        let m = tally.finish("s", false, &counter);
+        assert_eq!(m.questions, 2);
+        assert_eq!((m.evidence_recall_at["250"], m.evidence_recall_at["1000"]), (0.25, 1.0));
+        assert_eq!(m.extra["questions_without_gold"], json!(1));
+        let five = &m.per_category["5"];
+        assert_eq!((five.questions, five.evidence_recall_at["250"]), (1, 1.0));
+        assert_eq!(m.per_category["1"].questions, 1);
+        assert_eq!(m.per_category["2"].evidence_recall_at["250"], 0.0);
+    }
 }

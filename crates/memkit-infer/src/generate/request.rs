@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::chat::RepeatedItem;
+pub use crate::reply::RepeatedItem;
 
 /// The prompt of a request: text already rendered with the chat template, or token ids.
 ///

@@ -17,8 +17,8 @@
 //! the previous window already covered and is dropped ([`ErrorKind::ContextSource`]); when the
 //! best new message is another than the model's `source_id` and beats it by the margin, the
 //! record is re-pointed there (and its speaker set to that message's); otherwise the model's
-//! pointer is kept. Each decision is kept in [`Extraction::grounding`] with the model's own
-//! `source_id`.
+//! pointer is kept. Each decision is returned as a [`Grounded`] with the model's own
+//! `source_id`, for the ledgers.
 //!
 //! The free dimensions of a kept record are checked against its source message too
 //! ([`GroundingConfig::fields`]): a small model fills them whether the message says anything or
@@ -35,15 +35,14 @@
 use std::collections::HashSet;
 
 use memkit_data::{Window, WindowMessage};
-use memkit_schema::{ErrorKind, Role};
+use memkit_schema::{ErrorKind, ExtractedMemory, RecordError, Role};
 use memkit_text::cues::{states_purpose, states_reason};
+use memkit_text::embed::Embedder;
 use memkit_text::time::mentioned_time;
 use memkit_text::words::terms;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::embed::SentenceEmbedder;
-use crate::extract::Extraction;
 
 /// Thresholds of grounding.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -157,11 +156,17 @@ impl GroundingTally {
     }
 }
 
-/// Grounds extractions: [`GroundingConfig`] and, optionally, a sentence embedder.
-#[derive(Debug, Default)]
+/// Grounds records: [`GroundingConfig`] and, optionally, a sentence embedder.
+#[derive(Default)]
 pub struct Grounder {
     config: GroundingConfig,
-    embedder: Option<SentenceEmbedder>,
+    embedder: Option<Box<dyn Embedder>>,
+}
+
+impl std::fmt::Debug for Grounder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grounder").field("config", &self.config).field("embedder", &self.embedder_id()).finish()
+    }
 }
 
 impl Grounder {
@@ -172,27 +177,9 @@ impl Grounder {
 
     /// Mixes in the embedding cosine of `embedder`.
     #[must_use]
-    pub fn with_embedder(mut self, embedder: SentenceEmbedder) -> Self {
+    pub fn with_embedder(mut self, embedder: Box<dyn Embedder>) -> Self {
         self.embedder = Some(embedder);
         self
-    }
-
-    /// A grounder with all-MiniLM-L6-v2 when it is installed (a log line says which).
-    pub fn with_installed_embedder(config: GroundingConfig) -> Result<Self> {
-        let grounder = Self::new(config);
-        if !config.enabled {
-            return Ok(grounder);
-        }
-        match crate::models::locate(crate::models::ALL_MINILM_L6_V2.name) {
-            Some(dir) => {
-                tracing::info!("grounding by term coverage and all-MiniLM-L6-v2 cosine");
-                Ok(grounder.with_embedder(SentenceEmbedder::load(dir)?))
-            }
-            None => {
-                tracing::info!("grounding by term coverage only (all-MiniLM-L6-v2 is not installed: memkit models fetch all-minilm-l6-v2)");
-                Ok(grounder)
-            }
-        }
     }
 
     /// The thresholds.
@@ -200,17 +187,17 @@ impl Grounder {
         &self.config
     }
 
-    /// Whether it uses an embedder.
-    pub fn embeds(&self) -> bool {
-        self.embedder.is_some()
+    /// The embedder's model id, when it uses one.
+    pub fn embedder_id(&self) -> Option<&str> {
+        self.embedder.as_ref().map(|e| e.model_id())
     }
 
-    /// Grounds `extraction`'s records against `window`: re-points, drops the unsupported ones
-    /// into its errors, and records every decision in [`Extraction::grounding`]. Does nothing
-    /// when grounding is off.
-    pub fn ground(&self, window: &Window, extraction: &mut Extraction) -> Result<()> {
-        if !self.config.enabled || extraction.records.is_empty() {
-            return Ok(());
+    /// Grounds `records` against `window`: re-points, moves the unsupported ones to `errors`,
+    /// and returns every decision, in record order. Does nothing when grounding is off.
+    pub fn ground(&self, window: &Window, records: &mut Vec<ExtractedMemory>, errors: &mut Vec<RecordError>) -> Result<Vec<Grounded>> {
+        let mut decisions = Vec::with_capacity(records.len());
+        if !self.config.enabled || records.is_empty() {
+            return Ok(decisions);
         }
         let candidates: Vec<&WindowMessage> = window.messages.iter().filter(|m| m.role != Role::Assistant).collect();
         let in_suffix = |i: usize| window.in_suffix(candidates[i].number);
@@ -219,17 +206,16 @@ impl Grounder {
         let cosines = match &self.embedder {
             Some(embedder) => {
                 let texts: Vec<String> = candidates.iter().map(|m| message_text(m)).collect();
-                let contents: Vec<&str> = extraction.records.iter().map(|r| r.content.as_str()).collect();
+                let contents: Vec<&str> = records.iter().map(|r| r.content.as_str()).collect();
                 let all: Vec<&str> = texts.iter().map(String::as_str).chain(contents.iter().copied()).collect();
-                let vectors = embedder.embed(&all)?;
+                let vectors = embedder.embed(&all).map_err(crate::Error::Embed)?;
                 let (messages, records) = vectors.split_at(texts.len());
                 Some(records.iter().map(|r| messages.iter().map(|m| dot(r, m).clamp(0.0, 1.0)).collect::<Vec<f64>>()).collect::<Vec<_>>())
             }
             None => None,
         };
         let weight = if cosines.is_some() { self.config.embed_weight } else { 0.0 };
-        let records = std::mem::take(&mut extraction.records);
-        for (k, mut record) in records.into_iter().enumerate() {
+        for (k, mut record) in std::mem::take(records).into_iter().enumerate() {
             let own: Vec<String> =
                 terms(&record.content).into_iter().filter(|t| !names.contains(t)).collect::<HashSet<_>>().into_iter().collect();
             let support: Vec<f64> = (0..candidates.len())
@@ -295,17 +281,14 @@ impl Grounder {
                 grounded.fields = changed_fields(&was, &record.dimension);
             }
             match dropped {
-                Some((kind, reason)) => extraction.errors.push(memkit_schema::RecordError {
-                    index: Some(k),
-                    kind,
-                    reason,
-                    raw: serde_json::to_string(&record).unwrap_or_default(),
-                }),
-                None => extraction.records.push(record),
+                Some((kind, reason)) => {
+                    errors.push(RecordError { index: Some(k), kind, reason, raw: serde_json::to_string(&record).unwrap_or_default() });
+                }
+                None => records.push(record),
             }
-            extraction.grounding.push(grounded);
+            decisions.push(grounded);
         }
-        Ok(())
+        Ok(decisions)
     }
 }
 
@@ -369,36 +352,40 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::Usage;
+
+    /// Parsed records, with the errors and decisions grounding adds.
+    struct E {
+        records: Vec<ExtractedMemory>,
+        errors: Vec<RecordError>,
+        grounding: Vec<Grounded>,
+    }
+
+    fn parsed(raw: &str) -> E {
+        let p = memkit_schema::parse_extractor_output(raw);
+        E { records: p.records, errors: p.errors, grounding: Vec::new() }
+    }
+
+    fn ground(grounder: Grounder, e: &mut E) {
+        e.grounding = grounder.ground(&window(), &mut e.records, &mut e.errors).unwrap();
+    }
 
     fn window() -> Window {
-        let message = |number: u32, speaker: &str, text: &str| WindowMessage {
-            number,
-            turn_id: format!("D1:{number}"),
-            speaker: speaker.into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            // Friday 20 January 2023.
-            timestamp: chrono::NaiveDate::from_ymd_opt(2023, 1, 20).and_then(|d| d.and_hms_opt(10, number, 0)),
-            assistant_reply: None,
-        };
-        Window {
-            id: "conv/w1".into(),
-            dialogue_id: "conv".into(),
-            index: 1,
-            context: 1,
-            max_message_chars: 8000,
-            messages: vec![
+        // Friday 20 January 2023.
+        let at = |n: u32| chrono::NaiveDate::from_ymd_opt(2023, 1, 20).and_then(|d| d.and_hms_opt(10, n, 0)).unwrap();
+        let message = |n: u32, speaker: &str, text: &str| WindowMessage::user(n, speaker, text).at(at(n));
+        Window::of(
+            "conv/w1",
+            1,
+            vec![
                 message(1, "Jon", "I lost my job as a banker yesterday."),
                 message(2, "Gina", "Sorry Jon! I also lost my job at Door Dash this month."),
                 message(3, "Jon", "I'm going to open a dance studio next month because dancing is my passion."),
                 message(4, "Gina", "That's awesome, good luck!"),
             ],
-        }
+        )
     }
 
-    fn extraction(records: &[(u32, &str, &str)]) -> Extraction {
+    fn extraction(records: &[(u32, &str, &str)]) -> E {
         let memories: Vec<serde_json::Value> = records
             .iter()
             .map(|(id, speaker, content)| {
@@ -406,17 +393,17 @@ mod tests {
                     "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
             })
             .collect();
-        Extraction::from_output(&window(), serde_json::json!({ "memories": memories }).to_string(), Usage::default())
+        parsed(&serde_json::json!({ "memories": memories }).to_string())
     }
 
-    fn decisions(e: &Extraction) -> Vec<(u32, u32, Decision)> {
+    fn decisions(e: &E) -> Vec<(u32, u32, Decision)> {
         e.grounding.iter().map(|g| (g.model_source_id, g.source_id, g.decision)).collect()
     }
 
     #[test]
     fn keeps_a_correct_pointer() {
         let mut e = extraction(&[(3, "Jon", "Jon plans to open a dance studio.")]);
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         assert_eq!(decisions(&e), [(3, 3, Decision::Kept)]);
         assert_eq!(e.records.len(), 1);
     }
@@ -425,7 +412,7 @@ mod tests {
     fn repoints_to_the_message_that_says_it() {
         // Gina's job loss is in message 2, not in Jon's message 3; the speaker follows.
         let mut e = extraction(&[(3, "Jon", "Gina lost her job at Door Dash.")]);
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         assert_eq!(decisions(&e), [(3, 2, Decision::Repointed)]);
         assert_eq!((e.records[0].source_id, e.records[0].source_speaker.as_str()), (2, "Gina"));
         // Coverage: {lost, job, door, dash} all in message 2 (4/4), none in message 3 (0/4).
@@ -436,7 +423,7 @@ mod tests {
     fn drops_what_no_message_supports() {
         // "Lisbon" and "design" appear nowhere in the window (a leaked prompt example).
         let mut e = extraction(&[(3, "Jon", "Jon moved to Lisbon for a design job."), (4, "Gina", "Gina wished Jon good luck.")]);
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         // Record 1: terms {move, lisbon, design, job}; best is message 2 with {job}: 1/4 < 0.5.
         assert_eq!(decisions(&e), [(3, 3, Decision::Unsupported), (4, 4, Decision::Kept)]);
         assert_eq!(e.records.len(), 1);
@@ -449,11 +436,11 @@ mod tests {
         // Terms {lost, job, banker}: context message 1 has all three (1.0), the best new message
         // (2) has {lost, job} (0.67): the previous window covers it.
         let mut e = extraction(&[(3, "Jon", "Jon lost his job as a banker.")]);
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         assert_eq!(decisions(&e), [(3, 3, Decision::Context)]);
         assert_eq!(e.errors.iter().map(|x| x.kind).collect::<Vec<_>>(), [ErrorKind::ContextSource]);
         let mut e = extraction(&[(3, "Jon", "Jon moved to Lisbon.")]);
-        Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() }).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(GroundingConfig { enabled: false, ..GroundingConfig::default() }), &mut e);
         assert!(e.grounding.is_empty());
         assert_eq!(e.records.len(), 1);
     }
@@ -463,8 +450,8 @@ mod tests {
         let raw = serde_json::json!({"memories": [{"source_id": 3, "source_speaker": "Jon", "content": "Jon plans to open a dance studio.",
             "dimension": {"memory_type": "episodic", "time": "", "location": "Paris", "reason": "passion for dancing",
                 "purpose": "to earn money", "keywords": ["dance studio", "money", "passion"]}}]});
-        let mut e = Extraction::from_output(&window(), raw.to_string(), Usage::default());
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        let mut e = parsed(&raw.to_string());
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         let d = &e.records[0].dimension;
         // Messages 3 and 2 say nothing of Paris or money; "passion" and "dancing" are in message 3.
         assert_eq!((d.location.as_str(), d.reason.as_str(), d.purpose.as_str()), ("", "passion for dancing", ""));
@@ -479,8 +466,8 @@ mod tests {
         };
         let raw = serde_json::json!({"memories": [record(2, "Gina lost her job at Door Dash."), record(3, "Jon will open a dance studio."),
             record(4, "Gina wished Jon good luck.")]});
-        let mut e = Extraction::from_output(&window(), raw.to_string(), Usage::default());
-        Grounder::new(GroundingConfig::default()).ground(&window(), &mut e).unwrap();
+        let mut e = parsed(&raw.to_string());
+        ground(Grounder::new(GroundingConfig::default()), &mut e);
         let dims: Vec<_> =
             e.records.iter().map(|r| (r.dimension.time.as_str(), r.dimension.reason.as_str(), r.dimension.purpose.as_str())).collect();
         // Message 2 says "this month" (January 2023) and has no cue; message 3 says "next month"
@@ -497,7 +484,7 @@ mod tests {
         // 1.0 the model's pointer stands, with the default it moves.
         let config = GroundingConfig { margin: 1.5, ..GroundingConfig::default() };
         let mut e = extraction(&[(3, "Jon", "Gina lost her job at Door Dash.")]);
-        Grounder::new(config).ground(&window(), &mut e).unwrap();
+        ground(Grounder::new(config), &mut e);
         assert_eq!(decisions(&e), [(3, 3, Decision::Kept)]);
     }
 }

@@ -1,7 +1,10 @@
-//! Validation and filtering of teacher records (SPEC §3). Every dropped record is counted by
-//! reason and kept (reason + raw) in the ledger, so nothing bad reaches the training set
-//! silently and nothing is lost. Reasons come from the parser's and grounding's typed errors
-//! ([`ErrorKind`]) and from the checks here, never from the text of a message.
+//! Validation of extracted records (SPEC §3): the window's structure (a record comes from a new
+//! message of the window), its form (third person, the source message's speaker, a normalised
+//! time no later than a year after the message), whom it is about (a speaker of the window, the
+//! one whose message it is), and one record per fact ([`crate::duplicate`]). Every dropped
+//! record is counted by reason and kept (reason + raw), so nothing bad reaches the training set
+//! or the memory silently and nothing is lost. Reasons come from the parser's and grounding's
+//! typed errors ([`ErrorKind`]) and from the checks here, never from the text of a message.
 //!
 //! A window is a training example only when its target is complete ([`Validated::complete`]):
 //! no record the teacher found was dropped for a fault of its form (first person, a bad time, a
@@ -13,11 +16,13 @@ use std::collections::BTreeMap;
 
 use chrono::Duration;
 use memkit_data::Window;
-use memkit_infer::Extraction;
-use memkit_schema::{ErrorKind, ExtractedMemory, Role, TimeSpan};
+use memkit_schema::{ErrorKind, ExtractedMemory, RecordError, Role, TimeSpan};
 use memkit_text::person::first_person;
+use memkit_text::time::normalise_time;
 use memkit_text::words::tokens;
 use serde::{Deserialize, Serialize};
+
+use crate::duplicate::repeated;
 
 /// Why a record was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -43,8 +48,8 @@ pub enum DropReason {
     /// `time` starts more than a year after the source message was written.
     TimeAfterMessage,
     /// The same content as an earlier record of the window, or nearly
-    /// ([`memkit_infer::extract::repeated`]): small teachers loop, and word one fact of a
-    /// message several ways.
+    /// ([`crate::duplicate::repeated`]): small models loop, and word one fact of a message
+    /// several ways.
     Duplicate,
     /// No message of the window supports the content (grounding).
     Unsupported,
@@ -117,7 +122,7 @@ pub struct Validated {
     pub records: Vec<ExtractedMemory>,
     /// Records that failed, with the first failed check.
     pub dropped: Vec<Dropped>,
-    /// Times rewritten to their one exact normal form ([`crate::label::normalise_time`]).
+    /// Times rewritten to their one exact normal form ([`normalise_time`]).
     #[serde(default)]
     pub time_fixes: usize,
 }
@@ -138,10 +143,24 @@ impl Validated {
     }
 }
 
-/// Why a reply as a whole failed: not JSON, broken JSON, cut off at the token limit, or a record
-/// cut off mid-way. Such a reply is never a training example, whatever records it still holds.
-pub fn whole_failure(extraction: &Extraction) -> Option<(ErrorKind, String)> {
-    extraction.errors.iter().find(|e| e.kind.is_whole_reply()).map(|e| (e.kind, e.reason.clone()))
+/// Why a reply as a whole failed, from its parse `errors`: not JSON, broken JSON, cut off at the
+/// token limit, or a record cut off mid-way. Such a reply is never a training example, whatever
+/// records it still holds.
+pub fn whole_failure(errors: &[RecordError]) -> Option<(ErrorKind, String)> {
+    errors.iter().find(|e| e.kind.is_whole_reply()).map(|e| (e.kind, e.reason.clone()))
+}
+
+/// Why a record's `source_id` is not a new message of `window` (the overlap rule, SPEC §2): a
+/// context-only message, or a number past the window. `None` for a new message.
+pub fn outside_suffix(window: &Window, source_id: u32) -> Option<(ErrorKind, String)> {
+    if window.in_suffix(source_id) {
+        return None;
+    }
+    Some(if (source_id as usize) <= window.context {
+        (ErrorKind::ContextSource, format!("source_id {source_id} is a context-only message (1..={})", window.context))
+    } else {
+        (ErrorKind::SourcePastWindow, format!("source_id {source_id} is past the window's {} messages", window.messages.len()))
+    })
 }
 
 /// The speakers of the window that `text` names (first names count, possessives too; "user"
@@ -170,17 +189,18 @@ pub fn other_person<'w>(window: &'w Window, record: &ExtractedMemory) -> Option<
     named.first().copied()
 }
 
-/// Checks each record of `extraction` against `window`.
-pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
+/// Checks each of `records` against `window`, and counts the records the parser or grounding
+/// already turned into `errors` by their reasons.
+pub fn validate(window: &Window, records: &[ExtractedMemory], errors: &[RecordError]) -> Validated {
     let mut out = Validated::default();
-    for error in &extraction.errors {
+    for error in errors {
         if let Some(reason) = DropReason::of(error.kind) {
             out.dropped.push(Dropped { reason, raw: error.raw.clone() });
         }
     }
-    for record in &extraction.records {
+    for record in records {
         let mut record = record.clone();
-        if let Some(time) = crate::label::normalise_time(&record.dimension.time) {
+        if let Some(time) = normalise_time(&record.dimension.time) {
             record.dimension.time = time;
             out.time_fixes += 1;
         }
@@ -194,13 +214,12 @@ pub fn validate(window: &Window, extraction: &Extraction) -> Validated {
 }
 
 impl Validated {
-    /// Drops records that nearly repeat an earlier kept one
-    /// ([`memkit_infer::extract::repeated`]). Idempotent, so the dataset builder applies it again to older
-    /// ledger entries.
+    /// Drops records that nearly repeat an earlier kept one ([`repeated`]). Idempotent, so the
+    /// dataset builder applies it again to older ledger entries.
     pub fn drop_duplicates(&mut self) {
         let records = std::mem::take(&mut self.records);
         for record in records {
-            if memkit_infer::extract::repeated(&record, &self.records).is_some() {
+            if repeated(&record, &self.records).is_some() {
                 self.dropped.push(Dropped { reason: DropReason::Duplicate, raw: serde_json::to_string(&record).expect("plain data") });
             } else {
                 self.records.push(record);
@@ -210,6 +229,9 @@ impl Validated {
 }
 
 fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
+    if let Some((kind, _)) = outside_suffix(window, record.source_id) {
+        return DropReason::of(kind);
+    }
     let Some(message) = window.message(record.source_id) else {
         return Some(DropReason::BadSourceId);
     };
@@ -248,30 +270,18 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
 #[cfg(test)]
 mod tests {
     use memkit_data::WindowMessage;
-    use memkit_infer::extract::Usage;
+    use memkit_schema::{ParseOutcome, parse_extractor_output};
 
     use super::*;
 
+    fn checked(w: &Window, reply: &ParseOutcome) -> Validated {
+        validate(w, &reply.records, &reply.errors)
+    }
+
     fn window() -> Window {
         let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 20).unwrap().and_hms_opt(10, 0, 0).unwrap();
-        let message = |number: u32, speaker: &str, role| WindowMessage {
-            number,
-            turn_id: format!("s:{number}"),
-            speaker: speaker.into(),
-            role,
-            text: "text".into(),
-            caption: None,
-            timestamp: Some(at),
-            assistant_reply: None,
-        };
-        Window {
-            id: "d/w0".into(),
-            dialogue_id: "d".into(),
-            index: 0,
-            context: 1,
-            max_message_chars: 8000,
-            messages: vec![message(1, "Ann", Role::User), message(2, "Ann", Role::User), message(3, "assistant", Role::Assistant)],
-        }
+        let message = |n: u32| WindowMessage::user(n, "Ann", "text").at(at);
+        Window::of("d/w0", 1, vec![message(1), message(2), message(3).by_assistant()])
     }
 
     fn memory(source_id: u32, speaker: &str, content: &str, time: &str) -> serde_json::Value {
@@ -303,8 +313,8 @@ mod tests {
             serde_json::json!({"source_id": "x"}),
         ];
         let raw = serde_json::json!({ "memories": memories }).to_string();
-        let extraction = Extraction::from_output(&w, raw, Usage::default());
-        let v = validate(&w, &extraction);
+        let reply = parse_extractor_output(&raw);
+        let v = checked(&w, &reply);
         let kept: Vec<&str> = v.records.iter().map(|r| r.content.as_str()).collect();
         assert_eq!(kept, ["Ann adopted a cat named Tom.", "Ann visited Rome.", "Ann said \"my cat is great\" to her friend."]);
         assert_eq!((v.records[1].dimension.time.as_str(), v.time_fixes), ("2023-05-02", 1));
@@ -323,7 +333,7 @@ mod tests {
             (DropReason::Impersonal, 1),
         ];
         assert_eq!(counts, expect.into_iter().collect(), "{:#?}", v.dropped);
-        assert_eq!(whole_failure(&extraction), None);
+        assert_eq!(whole_failure(&reply.errors), None);
         // First person, a bad time, a wrong speaker…: the teacher found something the target lacks.
         assert!(!v.complete());
     }
@@ -332,56 +342,52 @@ mod tests {
     fn duplicates_and_unsupported_records_leave_the_target_complete() {
         let w = window();
         let raw = serde_json::json!({"memories": [memory(2, "Ann", "Ann likes tea.", ""), memory(2, "Ann", "Ann likes tea!", "")]});
-        let mut extraction = Extraction::from_output(&w, raw.to_string(), Usage::default());
-        extraction.errors.push(memkit_schema::RecordError {
+        let mut reply = parse_extractor_output(&raw.to_string());
+        reply.errors.push(memkit_schema::RecordError {
             index: Some(2),
             kind: ErrorKind::Unsupported,
             reason: "no message supports it".into(),
             raw: String::new(),
         });
-        let v = validate(&w, &extraction);
+        let v = checked(&w, &reply);
         assert_eq!(v.drop_counts(), [(DropReason::Duplicate, 1), (DropReason::Unsupported, 1)].into_iter().collect());
         assert!(v.complete());
     }
 
     #[test]
     fn garbage_and_truncated_replies_are_whole_failures() {
-        let extraction = Extraction::from_output(&window(), "Sure! Here are the memories".into(), Usage::default());
-        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::NotJson));
-        assert!(validate(&window(), &extraction).records.is_empty());
+        let garbage = parse_extractor_output("Sure! Here are the memories");
+        assert_eq!(whole_failure(&garbage.errors).map(|f| f.0), Some(ErrorKind::NotJson));
+        assert!(checked(&window(), &garbage).records.is_empty());
         // A reply that kept one whole record before it was cut off is still a failure.
         let cut = format!(r#"{{"memories": [{}, {{"source_id": 2, "content": "Ann has"#, memory(2, "Ann", "Ann likes tea.", ""));
-        let extraction = Extraction::from_output(&window(), cut, Usage::default());
-        assert_eq!(extraction.records.len(), 1);
-        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::BrokenJson));
-        let at_limit = Usage { hit_max_tokens: true, ..Usage::default() };
-        let extraction = Extraction::from_output(&window(), r#"{"memories": []}"#.into(), at_limit);
-        assert_eq!(whole_failure(&extraction).map(|f| f.0), Some(ErrorKind::Truncated));
+        let cut = parse_extractor_output(&cut);
+        assert_eq!(cut.records.len(), 1);
+        assert_eq!(whole_failure(&cut.errors).map(|f| f.0), Some(ErrorKind::BrokenJson));
+        // A reply cut at its token limit (the extractor adds this error) is one too.
+        let at_limit = RecordError { index: None, kind: ErrorKind::Truncated, reason: "at the limit".into(), raw: String::new() };
+        assert_eq!(whole_failure(&[at_limit]).map(|f| f.0), Some(ErrorKind::Truncated));
     }
 
     #[test]
-    fn a_record_about_the_other_speaker_is_dropped_and_listed_for_repair() {
-        let message = |number: u32, speaker: &str, text: &str| WindowMessage {
-            number,
-            turn_id: format!("D1:{number}"),
-            speaker: speaker.into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            assistant_reply: None,
-        };
-        let w = Window {
-            id: "conv/w0".into(),
-            dialogue_id: "conv".into(),
-            index: 0,
-            context: 0,
-            max_message_chars: 8000,
-            messages: vec![
-                message(1, "Jon", "Lost my job as a banker yesterday."),
-                message(2, "Gina", "Sorry about your job Jon! I lost mine at Door Dash too."),
+    fn only_new_messages_of_the_window_are_sources() {
+        let w = window();
+        assert_eq!(outside_suffix(&w, 2), None);
+        assert_eq!(outside_suffix(&w, 3), None, "an assistant's message is in the suffix; validation drops it for its role");
+        let kinds = [0, 1, 4].map(|n| outside_suffix(&w, n).map(|o| o.0));
+        assert_eq!(kinds, [Some(ErrorKind::ContextSource), Some(ErrorKind::ContextSource), Some(ErrorKind::SourcePastWindow)]);
+    }
+
+    #[test]
+    fn a_record_about_the_other_speaker_is_dropped() {
+        let w = Window::of(
+            "conv/w0",
+            0,
+            vec![
+                WindowMessage::user(1, "Jon", "Lost my job as a banker yesterday."),
+                WindowMessage::user(2, "Gina", "Sorry about your job Jon! I lost mine at Door Dash too."),
             ],
-        };
+        );
         let raw = serde_json::json!({"memories": [
             // Jon's message, Gina's name: swapped.
             memory(1, "Jon", "Gina lost her job as a banker.", ""),
@@ -390,12 +396,11 @@ mod tests {
             memory(2, "Gina", "Gina lost her job at Door Dash.", ""),
             memory(1, "Jon", "Jon's job loss worried Gina.", ""),
         ]});
-        let v = validate(&w, &Extraction::from_output(&w, raw.to_string(), Usage::default()));
+        let v = checked(&w, &parse_extractor_output(&raw.to_string()));
         assert_eq!(v.drop_counts(), [(DropReason::OtherPerson, 1)].into_iter().collect());
         assert_eq!(v.records.len(), 3);
         assert!(!v.complete(), "the swapped record was a finding");
-        let problems = crate::label::problems(&w, &raw.to_string());
-        assert_eq!(problems.len(), 1);
-        assert!(problems[0].contains("is about Gina, but the message is Jon's"), "{problems:?}");
+        let swapped = parse_extractor_output(&raw.to_string()).records.remove(0);
+        assert_eq!(other_person(&w, &swapped), Some("Gina"));
     }
 }
