@@ -44,10 +44,9 @@ pub mod validate;
 use memkit_data::Window;
 use memkit_schema::{ExtractedMemory, RecordError};
 use memkit_text::embed::Embedder;
-use serde::{Deserialize, Serialize};
 
 pub use ground::{Decision, Grounded, Grounder, GroundingConfig, GroundingTally};
-pub use validate::{DropReason, Dropped, Validated, other_person, outside_suffix, whole_failure};
+pub use validate::{Cleaned, DropReason, Dropped, other_person, outside_suffix, whole_failure};
 
 /// What can go wrong while cleaning: only the embedder can fail.
 #[derive(Debug, thiserror::Error)]
@@ -59,29 +58,6 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// The records of one window after cleaning.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Cleaned {
-    /// Records that passed, in output order (grounded: re-pointed, fields cleared).
-    pub records: Vec<ExtractedMemory>,
-    /// Records that did not, each with the first rule it failed (the parser's errors among them).
-    pub dropped: Vec<Dropped>,
-    /// What grounding did with each parsed record (empty when grounding is off).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grounding: Vec<Grounded>,
-    /// Times rewritten to their one exact normal form.
-    #[serde(default)]
-    pub time_fixes: usize,
-}
-
-impl Cleaned {
-    /// Whether no record the extractor found was lost for a fault of its form
-    /// ([`DropReason::loses_a_finding`]): only such a window is a whole training target.
-    pub fn complete(&self) -> bool {
-        !self.dropped.iter().any(|d| d.reason.loses_a_finding())
-    }
-}
 
 /// The cleaning policy: grounding's thresholds and embedder, then validation and the
 /// near-duplicate rule.
@@ -130,8 +106,7 @@ impl Cleaner {
     pub fn clean(&self, window: &Window, records: &[ExtractedMemory], errors: &[RecordError]) -> Result<Cleaned> {
         let (mut records, mut errors) = (records.to_vec(), errors.to_vec());
         let grounding = self.grounder.ground(window, &mut records, &mut errors)?;
-        let validated = validate::validate(window, &records, &errors);
-        Ok(Cleaned { records: validated.records, dropped: validated.dropped, grounding, time_fixes: validated.time_fixes })
+        Ok(Cleaned { grounding, ..validate::validate(window, &records, &errors) })
     }
 }
 

@@ -6,7 +6,7 @@
 //! or the memory silently and nothing is lost. Reasons come from the parser's and grounding's
 //! typed errors ([`ErrorKind`]) and from the checks here, never from the text of a message.
 //!
-//! A window is a training example only when its target is complete ([`Validated::complete`]):
+//! A window is a training example only when its target is complete ([`Cleaned::complete`]):
 //! no record the teacher found was dropped for a fault of its form (first person, a bad time, a
 //! wrong speaker, a broken field). Duplicates, records no message supports and records that
 //! restate a context message are not something the teacher found, so dropping them leaves the
@@ -115,20 +115,24 @@ pub struct Dropped {
     pub raw: String,
 }
 
-/// The records of one window that passed, and the ones that did not.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Validated {
-    /// Records that passed every check, in output order.
+/// The records of one window after cleaning: those that passed, and those that did not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cleaned {
+    /// Records that passed, in output order (grounded: re-pointed, fields cleared).
     pub records: Vec<ExtractedMemory>,
-    /// Records that failed, with the first failed check.
+    /// Records that did not, each with the first rule it failed (the parser's errors among them).
     pub dropped: Vec<Dropped>,
+    /// What grounding did with each parsed record (empty when grounding is off or did not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grounding: Vec<crate::Grounded>,
     /// Times rewritten to their one exact normal form ([`normalise_time`]).
     #[serde(default)]
     pub time_fixes: usize,
 }
 
-impl Validated {
-    /// Whether no record the teacher found was lost ([`DropReason::loses_a_finding`]).
+impl Cleaned {
+    /// Whether no record the extractor found was lost for a fault of its form
+    /// ([`DropReason::loses_a_finding`]): only such a window is a whole training target.
     pub fn complete(&self) -> bool {
         !self.dropped.iter().any(|d| d.reason.loses_a_finding())
     }
@@ -191,8 +195,8 @@ pub fn other_person<'w>(window: &'w Window, record: &ExtractedMemory) -> Option<
 
 /// Checks each of `records` against `window`, and counts the records the parser or grounding
 /// already turned into `errors` by their reasons.
-pub fn validate(window: &Window, records: &[ExtractedMemory], errors: &[RecordError]) -> Validated {
-    let mut out = Validated::default();
+pub fn validate(window: &Window, records: &[ExtractedMemory], errors: &[RecordError]) -> Cleaned {
+    let mut out = Cleaned::default();
     for error in errors {
         if let Some(reason) = DropReason::of(error.kind) {
             out.dropped.push(Dropped { reason, raw: error.raw.clone() });
@@ -213,7 +217,7 @@ pub fn validate(window: &Window, records: &[ExtractedMemory], errors: &[RecordEr
     out
 }
 
-impl Validated {
+impl Cleaned {
     /// Drops records that nearly repeat an earlier kept one ([`repeated`]). Idempotent, so the
     /// dataset builder applies it again to older ledger entries.
     pub fn drop_duplicates(&mut self) {
@@ -274,7 +278,7 @@ mod tests {
 
     use super::*;
 
-    fn checked(w: &Window, reply: &ParseOutcome) -> Validated {
+    fn checked(w: &Window, reply: &ParseOutcome) -> Cleaned {
         validate(w, &reply.records, &reply.errors)
     }
 

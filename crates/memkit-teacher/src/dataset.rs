@@ -118,10 +118,10 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
     for w in &corpus.windows {
         let Some(mut entry) = done.remove(&w.window.id) else { continue };
         // Checks added after a window was labelled apply to it too (they are idempotent).
-        let mut checked = memkit_clean::Validated {
+        let mut checked = memkit_clean::Cleaned {
             records: std::mem::take(&mut entry.records),
             dropped: std::mem::take(&mut entry.dropped),
-            time_fixes: 0,
+            ..Default::default()
         };
         checked.drop_duplicates();
         (entry.records, entry.dropped) = (checked.records, checked.dropped);

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use memkit_clean::Validated;
+use memkit_clean::Cleaned;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
 use memkit_infer::extract::LocalExtractor;
 use memkit_prompt::{ChatMessage, ChatRole};
@@ -180,7 +180,7 @@ fn score_replies(rows: &[Row], outputs: &[String]) -> (Agreement, usize) {
         .map(|raw| {
             let parsed = parse_extractor_output(raw);
             let whole_failure = parsed.errors.iter().any(|e| e.index.is_none());
-            let mut kept = Validated { records: parsed.records, ..Validated::default() };
+            let mut kept = Cleaned { records: parsed.records, ..Cleaned::default() };
             kept.drop_duplicates();
             duplicates += kept.dropped.len();
             (!whole_failure).then_some(kept.records)
