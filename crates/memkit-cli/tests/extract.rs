@@ -86,3 +86,56 @@ fn kill_9_mid_extraction_resumes_where_it_stopped() {
     assert_eq!(lines.len(), windows);
     assert!(lines.iter().all(|l| l.contains("max_tokens=100")), "{lines:?}");
 }
+
+/// `--reclean` cleans the replies a window ledger kept under today's policy, with no model: a
+/// first-person record that grounding alone let through (the policy of an older ledger) is
+/// dropped with its reason, the key names the new cleaning, and the records file is rewritten.
+#[test]
+fn reclean_cleans_the_kept_replies_again_without_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("records.jsonl");
+    let ledger = dir.path().join("records.jsonl.windows.jsonl");
+    // conv-26's first window; its message 2 is Melanie's "I'm swamped with the kids & work".
+    let record = |content: &str| {
+        serde_json::json!({"source_id": 2, "source_speaker": "Melanie", "content": content,
+            "dimension": {"memory_type": "fact", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+    };
+    let raw = serde_json::json!({"memories": [record("Melanie is swamped with the kids and work."), record("I am swamped with work.")]});
+    let old = serde_json::json!({"extractor": "student.gguf (1 bytes, tail 0) max_memories=6 max_tokens=400 grounding=0.5/0.05/0.5/fields",
+        "batch": 1, "extraction": {"window_id": "conv-26/w0", "records": [record("Melanie is swamped with the kids and work."),
+        record("I am swamped with work.")], "errors": [], "raw": raw.to_string(),
+        "usage": {"prompt_tokens": 10, "completion_tokens": 40, "millis": 900}}});
+    std::fs::write(&ledger, format!("{old}\n")).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "--quiet", "extract", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1"])
+        .arg("--input")
+        .arg(memkit_data::shared_data_dir().join("locomo/locomo10.json"))
+        .args(["--window", "6", "--overlap", "1", "--limit", "1", "--reclean", "--output"])
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let lines = common::ledger_lines(&ledger);
+    assert_eq!(lines.len(), 1);
+    let entry: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    let extractor = entry["extractor"].as_str().unwrap();
+    assert!(extractor.starts_with("student.gguf (1 bytes, tail 0) max_memories=6 max_tokens=400 grounding="), "{extractor}");
+    assert!(extractor.contains(" embedder="), "the key names the cleaning that ran: {extractor}");
+    let reasons: Vec<&str> = entry["dropped"].as_array().unwrap().iter().map(|d| d["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["first_person"]);
+    let records = std::fs::read_to_string(&output).unwrap();
+    assert_eq!(records.lines().count(), 1, "{records}");
+    assert!(records.contains("Melanie is swamped"), "{records}");
+    // A window the run does not cut (another dialogue) is named, and the ledger stays as it is.
+    let other = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "--quiet", "extract", "--format", "locomo", "--dialogue", "conv-30", "--sessions", "1"])
+        .arg("--input")
+        .arg(memkit_data::shared_data_dir().join("locomo/locomo10.json"))
+        .args(["--window", "6", "--overlap", "1", "--limit", "1", "--reclean", "--output"])
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    assert!(String::from_utf8_lossy(&other.stderr).contains("window conv-26/w0"), "{}", String::from_utf8_lossy(&other.stderr));
+    assert_eq!(common::ledger_lines(&ledger), lines);
+}

@@ -116,6 +116,13 @@ pub struct Args {
     /// Discard the window ledger of --output and extract every window again.
     #[arg(long, requires = "output")]
     restart: bool,
+    /// Clean the replies kept in the window ledger of --output again under today's cleaning
+    /// policy, without the model: each window's raw reply is parsed and cleaned anew, and the
+    /// ledger and the records are rewritten. Give the windows the extraction used (the model, or
+    /// --window/--overlap when its GGUF is not here). Not for a teacher's ledger (a window of
+    /// several replies): run its extract again, its replies are cached.
+    #[arg(long, requires = "output", conflicts_with_all = ["restart", "teach"])]
+    reclean: bool,
     /// Write records here instead of stdout (written to a temp file, then renamed). With a
     /// model, finished windows also go to `<output>.windows.jsonl` as they finish: re-running
     /// the same command after a crash or kill skips them.
@@ -125,8 +132,11 @@ pub struct Args {
 
 pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     let dialogues = args.dialogues.load()?;
-    let kind =
-        args.extractor.unwrap_or(if args.model.is_some() || args.endpoint.is_some() { ExtractorKind::Model } else { ExtractorKind::Rule });
+    let kind = args.extractor.unwrap_or(if args.model.is_some() || args.endpoint.is_some() || args.reclean {
+        ExtractorKind::Model
+    } else {
+        ExtractorKind::Rule
+    });
     let mut records: Vec<MemoryRecord> = Vec::new();
     match kind {
         ExtractorKind::Observations => {
@@ -179,8 +189,13 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             } else {
                 memkit_infer::embed::installed_cleaner(grounding(&args))?
             };
-            let key = extractor_key(&args, &cleaner)?;
             let mut done: HashMap<String, Finished> = HashMap::new();
+            if let (true, Some(path)) = (args.reclean, &ledger_path) {
+                for finished in reclean(path, &all, &cleaner)? {
+                    done.insert(finished.extraction.window_id.clone(), finished);
+                }
+            }
+            let key = if args.reclean { String::new() } else { extractor_key(&args, &cleaner)? };
             if let (Some(path), true) = (&ledger_path, args.restart) {
                 match std::fs::remove_file(path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -189,7 +204,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                     _ => {}
                 }
             }
-            if let Some(path) = &ledger_path {
+            if let (Some(path), false) = (&ledger_path, args.reclean) {
                 for entry in memkit_teacher::ledger::read::<Finished>(path)? {
                     if entry.extractor != key {
                         anyhow::bail!(
@@ -204,6 +219,13 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             let todo: Vec<Window> = all.iter().filter(|w| !done.contains_key(&w.id)).cloned().collect();
             if !done.is_empty() {
                 tracing::info!(finished = all.len() - todo.len(), left = todo.len(), "resuming from the window ledger");
+            }
+            if args.reclean && !todo.is_empty() {
+                anyhow::bail!(
+                    "--reclean: {} of this run's windows are not in the ledger (the first: {}); give the windows it was extracted with",
+                    todo.len(),
+                    todo[0].id
+                );
             }
             if !todo.is_empty() {
                 let model = model_of(&args, extract)?;
@@ -263,6 +285,39 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
     }
     tracing::info!(dialogues = dialogues.len(), records = records.len(), "extracted");
     Ok(())
+}
+
+/// The window ledger at `path` cleaned again by `cleaner`: each window's raw reply parsed and
+/// cleaned anew (no model), its key's cleaning part replaced by `cleaner`'s, and the ledger
+/// rewritten in place (a temp file, then a rename).
+fn reclean(path: &Path, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result<Vec<Finished>> {
+    let by_id: HashMap<&str, &Window> = windows.iter().map(|w| (w.id.as_str(), w)).collect();
+    let mut out = Vec::new();
+    for entry in memkit_teacher::ledger::read::<Finished>(path)? {
+        let id = &entry.extraction.window_id;
+        anyhow::ensure!(
+            !entry.extractor.contains(" teach="),
+            "{}: window {id} was labelled by a teacher (several replies a window): run its extract again instead, its replies are cached",
+            path.display()
+        );
+        let window = by_id.get(id.as_str()).with_context(|| {
+            format!("{}: window {id} is not among this run's windows: give the --window/--overlap it was extracted with", path.display())
+        })?;
+        let mut extraction = Extraction::from_output(window, entry.extraction.raw.clone(), entry.extraction.usage);
+        let cleaned = cleaner.clean(window, &extraction.records, &extraction.errors)?;
+        (extraction.records, extraction.grounding) = (cleaned.records, cleaned.grounding);
+        let model = entry.extractor.split(" grounding=").next().unwrap_or_default();
+        let model = model.strip_suffix(" no_grounding").unwrap_or(model);
+        out.push(Finished { extractor: format!("{model} {}", cleaner.id()), batch: entry.batch, extraction, dropped: cleaned.dropped });
+    }
+    let mut lines = String::new();
+    for finished in &out {
+        lines.push_str(&serde_json::to_string(finished)?);
+        lines.push('\n');
+    }
+    memkit_teacher::write_atomic(path, lines.as_bytes())?;
+    tracing::info!(windows = out.len(), ledger = %path.display(), cleaner = cleaner.id(), "cleaned the kept replies again");
+    Ok(out)
 }
 
 /// How dialogues are cut: `--window` / `--overlap` when given, else the model's trained window,

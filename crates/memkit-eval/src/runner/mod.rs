@@ -17,8 +17,9 @@
 //!   adaptive stop; its units are the hyperedges' descriptions and member records, in the order
 //!   [`HingeIndex::read`] gives.
 //!
-//! "Context tokens per query" is, for systems that stop adaptively, the tokens of the list they
-//! return; for ranked systems, the tokens taken at the largest budget; for full context, the whole
+//! One rule for adaptive systems: what a system returns is what is scored, counted and answered
+//! from (`Ranking::returned`); its budget columns are prefixes of that list. "Context tokens per
+//! query" is, for systems that stop adaptively, the tokens of the list they return; for ranked systems, the tokens taken at the largest budget; for full context, the whole
 //! dialogue.
 //!
 //! The runner's parts: [`rank`] prepares each system's units over a dialogue and ranks them for a
@@ -113,6 +114,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
     let mut notes = vec![
         format!("Tokens counted with {} for every system.", counter.name()),
         "Evidence recall: units taken in rank order until the first one that does not fit the budget; recall = share of gold evidence turns reached through the units' pointers.".to_string(),
+        "Adaptive systems (an adaptive stop, HingeMem) are scored on the list they return: a budget column is the prefix of that list within the budget, never a unit past the stop; budget columns describe ranked lists.".to_string(),
         "Context tokens per query: adaptive systems = tokens of the list they return; ranked systems = tokens taken at the largest budget; full context = the whole dialogue.".to_string(),
     ];
     if recipe.qa.is_some() && options.qa_models.is_none() {
