@@ -145,6 +145,7 @@ eval recipe="recipes/eval/locomo-e2e.toml": build
 
 # The test suite (the README's test command; CI runs it). With `just venv` made, the transformers
 # load test runs too (it gets the venv's python).
+[doc('The test suite (what CI runs)')]
 test *args="":
     if [ -x {{python}} ]; then export MEMKIT_TRANSFORMERS_PYTHON={{python}}; fi; cargo test --workspace {{args}}
 
