@@ -106,14 +106,17 @@ fn reclean_cleans_the_kept_replies_again_without_the_model() {
         record("I am swamped with work.")], "errors": [], "raw": raw.to_string(),
         "usage": {"prompt_tokens": 10, "completion_tokens": 40, "millis": 900}}});
     std::fs::write(&ledger, format!("{old}\n")).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_memkit"))
-        .args(["--no-progress", "--quiet", "extract", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1"])
-        .arg("--input")
-        .arg(memkit_data::shared_data_dir().join("locomo/locomo10.json"))
-        .args(["--window", "6", "--overlap", "1", "--limit", "1", "--reclean", "--output"])
-        .arg(&output)
-        .output()
-        .unwrap();
+    let reclean = |dialogue: &str| {
+        Command::new(env!("CARGO_BIN_EXE_memkit"))
+            .args(["--no-progress", "--quiet", "extract", "--format", "locomo", "--dialogue", dialogue, "--sessions", "1"])
+            .arg("--input")
+            .arg(memkit_data::shared_data_dir().join("locomo/locomo10.json"))
+            .args(["--window", "6", "--overlap", "1", "--limit", "1", "--reclean", "--output"])
+            .arg(&output)
+            .output()
+            .unwrap()
+    };
+    let run = reclean("conv-26");
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let lines = common::ledger_lines(&ledger);
     assert_eq!(lines.len(), 1);
@@ -127,14 +130,7 @@ fn reclean_cleans_the_kept_replies_again_without_the_model() {
     assert_eq!(records.lines().count(), 1, "{records}");
     assert!(records.contains("Melanie is swamped"), "{records}");
     // A window the run does not cut (another dialogue) is named, and the ledger stays as it is.
-    let other = Command::new(env!("CARGO_BIN_EXE_memkit"))
-        .args(["--no-progress", "--quiet", "extract", "--format", "locomo", "--dialogue", "conv-30", "--sessions", "1"])
-        .arg("--input")
-        .arg(memkit_data::shared_data_dir().join("locomo/locomo10.json"))
-        .args(["--window", "6", "--overlap", "1", "--limit", "1", "--reclean", "--output"])
-        .arg(&output)
-        .output()
-        .unwrap();
+    let other = reclean("conv-30");
     assert!(!other.status.success());
     assert!(String::from_utf8_lossy(&other.stderr).contains("window conv-26/w0"), "{}", String::from_utf8_lossy(&other.stderr));
     assert_eq!(common::ledger_lines(&ledger), lines);
