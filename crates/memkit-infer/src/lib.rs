@@ -8,6 +8,8 @@
 //! - [`convert`]: HF checkpoint ↔ GGUF conversion for the Llama / Qwen2 / Qwen3 families
 //!   ([`convert::hf_to_gguf`] as F32/F16/Q8_0, [`convert::gguf_to_hf`] dequantising), and
 //!   [`gguf_tokenizer`], which rebuilds `tokenizer.json` from a GGUF file's tokenizer.
+//! - [`published`]: the extractors that ship in `checkpoints/` as low-rank deltas over a
+//!   registry base, merged into a runnable checkpoint on first use.
 //! - [`generate`] (feature `llama`): GGUF generation with llama.cpp ([`LlamaEngine`]): prefix
 //!   reuse, batched decoding, JSON-schema constrained decoding, stop strings.
 //! - [`reply`]: the leaf types of a reply ([`reply::Usage`], [`reply::RepeatedItem`]).
@@ -66,6 +68,7 @@ pub mod gguf_tokenizer;
 pub mod hub;
 pub mod models;
 pub mod openai;
+pub mod published;
 pub mod reply;
 #[cfg(feature = "serve")]
 pub mod serve;

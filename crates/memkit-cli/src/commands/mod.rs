@@ -112,7 +112,7 @@ pub fn chat_model(
     use memkit_eval::recipe::ModelSpec;
     Ok(match model {
         ModelSpec::Local { model, threads, n_ctx: set } => {
-            let gguf = memkit_teacher::teacher::resolve_model(model)?;
+            let gguf = model_gguf(model)?;
             let chat = memkit_infer::chat::LocalChat::load(&gguf, batch, *threads, Some(set.unwrap_or(n_ctx)), max_tokens)
                 .with_context(|| format!("loading {}", gguf.display()))?;
             Box::new(chat)
@@ -173,10 +173,18 @@ impl GenerationArgs {
     }
 }
 
-/// The GGUF of `--model`: a packaged model's name, a `.gguf` file, or a trained checkpoint folder
-/// (HF layout; converted once to `model-f16.gguf` inside it, which carries the checkpoint's
-/// extraction prompt and window).
+/// The GGUF of `--model`: a packaged model's name, a published extractor (its name in
+/// `checkpoints/`, or its folder: merged from base and delta on first use), a `.gguf` file, or a
+/// trained checkpoint folder (HF layout; converted once to `model-f16.gguf` inside it, which
+/// carries the checkpoint's extraction prompt and window).
 pub fn model_gguf(model: &str) -> anyhow::Result<PathBuf> {
+    if let Some(published) = memkit_infer::published::Published::find(model)? {
+        let options = memkit_infer::models::FetchOptions::from_env()?;
+        let dir = published
+            .hf_dir(&options, &memkit_infer::models::SilentReporter)
+            .with_context(|| format!("building the published extractor {}", published.dir.display()))?;
+        return model_gguf(dir.to_str().context("the models directory's path is not UTF-8")?);
+    }
     let path = Path::new(model);
     if path.is_dir() {
         let out = path.join("model-f16.gguf");

@@ -32,7 +32,8 @@ enum Action {
         #[arg(required = true)]
         names: Vec<String>,
     },
-    /// List the known models, their size and whether they are installed.
+    /// List the known models, their size and whether they are installed, and the published
+    /// extractors of `checkpoints/` ($MEMKIT_CHECKPOINTS_DIR).
     List,
     /// Download a checkpoint from the Hugging Face Hub (needs network) into the standard HF
     /// cache ($HF_HOME/hub or ~/.cache/huggingface/hub, shared with Python's huggingface_hub)
@@ -88,13 +89,32 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     }
     let options = options(args.models_dir)?;
     match args.action {
-        Action::List =>
-        {
+        Action::List => {
             #[allow(clippy::print_stdout)]
             for m in &models::MODELS {
                 let installed = models::locate_in(&options.models_dir, m.name);
                 let state = installed.map_or_else(|| "not installed".to_string(), |p| p.display().to_string());
                 println!("{:<20} {:>8.1} MB  {:<45} {state}", m.name, m.size() as f64 / 1e6, m.upstream);
+            }
+            let published = memkit_infer::published::list();
+            #[allow(clippy::print_stdout)]
+            if !published.is_empty() {
+                println!(
+                    "\npublished extractors ({}; `--model <name>` builds one from its base on first use):",
+                    memkit_infer::published::checkpoints_dir().display()
+                );
+            }
+            #[allow(clippy::print_stdout)]
+            for p in published {
+                let delta = std::fs::metadata(p.dir.join(memkit_infer::convert::delta::DELTA_FILE)).map_or(0, |m| m.len());
+                println!(
+                    "{:<24} {:>6.1} MB  rank-{} delta over {} ({:.1}% of the fine-tune's change)",
+                    p.name,
+                    delta as f64 / 1e6,
+                    p.manifest.rank,
+                    p.manifest.base,
+                    100.0 * p.manifest.retained
+                );
             }
         }
         Action::Hub { .. } => unreachable!("handled above"),

@@ -56,6 +56,12 @@ pub struct Args {
     /// GGUF weight type, or `none`.
     #[arg(long, value_enum, default_value = "q8-0")]
     gguf: GgufType,
+    /// Publish the compact form instead, for `checkpoints/<name>/` (what git carries): the
+    /// change from the recipe's packaged base as a rank-N delta (f16 factors of each matrix's
+    /// truncated SVD), without the full weights or a GGUF. `--model <name>` builds the runnable
+    /// model from base + delta on first use.
+    #[arg(long, value_name = "N", conflicts_with = "gguf")]
+    delta_rank: Option<usize>,
     /// A `memkit compare --out` JSON whose figures go into the card; repeatable.
     #[arg(long)]
     compare: Vec<PathBuf>,
@@ -102,13 +108,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.name.clone().unwrap_or_else(|| args.out.file_name().map_or("memkit-extractor".into(), |n| n.to_string_lossy().into_owned()));
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut files = Vec::new();
+    let compact = match args.delta_rank {
+        Some(rank) => {
+            let base = package_base(src)?;
+            let options = memkit_infer::models::FetchOptions::from_env()?;
+            let (manifest, report) =
+                memkit_infer::published::publish(src, &base, rank, &args.out, &options, &memkit_infer::models::SilentReporter)
+                    .with_context(|| format!("writing the rank-{rank} delta of {} over {base}", src.display()))?;
+            tracing::info!(
+                factored = report.factored,
+                whole = report.whole,
+                unchanged = report.unchanged,
+                retained = format!("{:.4}", report.retained),
+                least_retained = format!("{} {:.4}", report.least_retained.0, report.least_retained.1),
+                mb = format!("{:.1}", report.bytes as f64 / 1e6),
+                "wrote the delta"
+            );
+            files.extend([memkit_infer::published::MANIFEST.to_owned(), memkit_infer::convert::delta::DELTA_FILE.to_owned()]);
+            Some((manifest, report))
+        }
+        None => None,
+    };
     for file in REQUIRED.iter().chain(OPTIONAL.iter()) {
+        if compact.is_some() && *file == "model.safetensors" {
+            continue;
+        }
         if let Some(from) = checkpoint_file(src, file) {
             std::fs::copy(&from, args.out.join(file)).with_context(|| format!("cannot copy {}", from.display()))?;
             files.push((*file).to_owned());
         }
     }
     let gguf = match args.gguf {
+        _ if compact.is_some() => None,
         GgufType::None => None,
         dtype => {
             let (out_type, suffix) = if dtype == GgufType::F16 { (OutType::F16, "f16") } else { (OutType::Q8_0, "q8_0") };
@@ -121,7 +152,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(file)
         }
     };
-    let card = model_card(&name, src, &args.out, gguf.as_deref(), &compares, trained_prompt.as_deref(), window)?;
+    let form = match &compact {
+        Some(compact) => Form::Compact(compact),
+        None => Form::Full { gguf: gguf.as_deref() },
+    };
+    let card = model_card(&name, src, &args.out, form, &compares, trained_prompt.as_deref(), window)?;
     std::fs::write(args.out.join("README.md"), card)?;
     files.push("README.md".into());
     #[allow(clippy::print_stdout)]
@@ -144,6 +179,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The packaged model a checkpoint's recipe trained from (`[model] kind = "package"`), which its
+/// delta is taken over.
+fn package_base(src: &Path) -> anyhow::Result<String> {
+    let path = checkpoint_file(src, "recipe.toml").with_context(|| format!("{} has no recipe.toml: its base is unknown", src.display()))?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let recipe: toml::Table = text.parse().with_context(|| format!("{} is not TOML", path.display()))?;
+    let model = recipe.get("model").and_then(|m| m.as_table());
+    match (model.and_then(|m| m.get("kind")).and_then(|k| k.as_str()), model.and_then(|m| m.get("name")).and_then(|n| n.as_str())) {
+        (Some("package"), Some(name)) => Ok(name.to_owned()),
+        _ => anyhow::bail!(
+            "{}: --delta-rank needs a checkpoint trained from a packaged model (`[model] kind = \"package\"`), whose weights \
+             every machine can fetch",
+            path.display()
+        ),
+    }
 }
 
 /// The Ollama Modelfile: the GGUF, greedy decoding, and the system message of the prompt the
@@ -193,17 +245,29 @@ fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
+/// What a bundle holds: the full weights (and a GGUF when one was written), or the compact form
+/// (a delta over the base, with its manifest and what the delta kept).
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    Full { gguf: Option<&'a str> },
+    Compact(&'a (memkit_infer::published::Manifest, memkit_infer::convert::delta::DeltaReport)),
+}
+
 /// The model card: YAML front matter for the Hub, what the model is, how it was made, how well
 /// it does, and how to run it.
 fn model_card(
     name: &str,
     src: &Path,
     out: &Path,
-    gguf: Option<&str>,
+    form: Form<'_>,
     compares: &[serde_json::Value],
     trained_prompt: Option<&str>,
     window: Option<memkit_prompt::TrainedWindow>,
 ) -> anyhow::Result<String> {
+    let (gguf, compact) = match form {
+        Form::Full { gguf } => (gguf, None),
+        Form::Compact(compact) => (None, Some(compact)),
+    };
     let recipe_text = checkpoint_file(src, "recipe.toml").and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
     let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
     let base =
@@ -298,11 +362,30 @@ fn model_card(
         let _ = writeln!(md, "\nMade with `memkit compare --model <this folder> --data <valid.jsonl> --out <json>`.\n");
     }
     let _ = writeln!(md, "## Use\n");
+    if let Some((manifest, report)) = compact {
+        let _ = writeln!(
+            md,
+            "This folder is the compact form that ships in memkit's `checkpoints/`: the fine-tune's change from `{}` as a \
+             rank-{} delta (`{}`, {:.1} MB: f16 factors of each matrix's truncated SVD, the norms whole), keeping {:.1}% of the \
+             change's energy (least kept: `{}`, {:.1}%). memkit builds the runnable model from the base and the delta on first \
+             use (`{}` names the base and the sha256 of its dequantised weights) and caches it.\n",
+            manifest.base,
+            manifest.rank,
+            memkit_infer::convert::delta::DELTA_FILE,
+            report.bytes as f64 / 1e6,
+            100.0 * report.retained,
+            report.least_retained.0,
+            100.0 * report.least_retained.1,
+            memkit_infer::published::MANIFEST
+        );
+    }
+    let model_arg = match (compact, out.file_name()) {
+        (Some(_), Some(folder)) => folder.to_string_lossy().into_owned(),
+        _ => format!("{}{}", out.display(), gguf.map(|g| format!("/{g}")).unwrap_or_default()),
+    };
     let _ = writeln!(
         md,
-        "memkit (llama.cpp in-process, schema-constrained):\n\n```bash\nmemkit extract --input dialogues.jsonl --model {}{}\n```\n",
-        out.display(),
-        gguf.map(|g| format!("/{g}")).unwrap_or_default()
+        "memkit (llama.cpp in-process, schema-constrained):\n\n```bash\nmemkit extract --input dialogues.jsonl --model {model_arg}\n```\n"
     );
     if let Some(w) = window {
         let _ = writeln!(
@@ -321,6 +404,13 @@ fn model_card(
     if let Some(g) = gguf {
         let _ = writeln!(md, "llama.cpp: `llama-cli -m {g}` · Ollama: `ollama create {name} -f Modelfile`\n");
     }
+    let hf_folder = match compact {
+        Some(_) => format!("<models dir>/extractors/{model_arg}-<delta hash>"),
+        None => out.display().to_string(),
+    };
+    if compact.is_some() {
+        let _ = writeln!(md, "The merged HF checkpoint is cached in the models directory after first use (memkit logs its path).\n");
+    }
     let prompt_file = if trained_prompt.is_some() { memkit_prompt::TRAINED_PROMPT_FILE } else { "prompts/extract.j2 of memkit" };
     let _ = writeln!(
         md,
@@ -328,7 +418,7 @@ fn model_card(
          Prompt it with the template in `{prompt_file}` (minijinja / Jinja2: a `system` and a `user` block): the model was \
          trained on exactly that rendering. memkit does this by itself: the GGUF carries the template \
          (`{}`).\n",
-        out.display(),
+        hf_folder,
         memkit_prompt::GGUF_PROMPT_KEY
     );
     if let Some(source) = trained_prompt {
@@ -337,9 +427,10 @@ fn model_card(
     }
     let _ = writeln!(
         md,
-        "## Reproduce\n\n```bash\nmemkit train --recipe recipe.toml\nmemkit publish {} --out {}\n```",
+        "## Reproduce\n\n```bash\nmemkit train --recipe recipe.toml\nmemkit publish {} --out {}{}\n```",
         src.display(),
-        out.display()
+        out.display(),
+        compact.map(|(m, _)| format!(" --delta-rank {}", m.rank)).unwrap_or_default()
     );
     Ok(md)
 }

@@ -1,11 +1,9 @@
 //! `memkit serve`: an OpenAI-compatible chat-completions server over a local GGUF model.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 
 use anyhow::Context;
 use memkit_infer::generate::{EngineOptions, LlamaEngine};
-use memkit_infer::models;
 use memkit_infer::serve::{Limits, Server};
 
 /// Serve a GGUF model over an OpenAI-compatible API: POST /v1/chat/completions (chat template
@@ -15,7 +13,7 @@ use memkit_infer::serve::{Limits, Server};
 /// connections and exits once the requests in flight are answered.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A GGUF file, or the name of an installed model (see `memkit models list`).
+    /// A GGUF file, an installed model's name, a published extractor or a checkpoint folder (see `memkit models list`).
     #[arg(long, short)]
     model: String,
     /// Address to listen on; keep the loopback default unless the network is trusted.
@@ -45,17 +43,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let path = PathBuf::from(&args.model);
-    let path = if path.is_file() {
-        path
-    } else {
-        models::locate(&args.model).with_context(|| {
-            format!(
-                "--model {}: no such GGUF file and no installed model of that name (run `memkit models fetch {}`)",
-                args.model, args.model
-            )
-        })?
-    };
+    let path = super::model_gguf(&args.model).with_context(|| format!("--model {}", args.model))?;
     let mut options = EngineOptions { n_ctx: args.ctx, ..EngineOptions::default() };
     if let Some(threads) = args.threads {
         options.n_threads = threads;

@@ -12,10 +12,13 @@
 //!   gets its base weights from the GGUF-only model packages this way. `memkit.extract_prompt`
 //!   comes back as `extract_prompt.j2`, the window keys as `extract_window.json`.
 //! - [`trained_window`] reads those keys alone, for `memkit extract`'s default window.
+//! - [`delta`]: a fine-tuned checkpoint as a low-rank delta over its base (a published
+//!   extractor's compact form) and back.
 //!
 //! Both stream one tensor at a time and write through a temporary file renamed at the end.
 
 mod arch;
+pub mod delta;
 mod gguf;
 mod vocab;
 
