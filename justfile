@@ -28,8 +28,9 @@ venv:
 
 # The whole pipeline on the embedded default, in minutes: models → distill (Qwen2.5-Coder-0.5B
 # teacher, 6 windows, more if they give too few examples) → train (3 LoRA steps, one message at a
-# time like the published student) → compare with the teacher → extract LoCoMo messages with the
-# student (llama.cpp, via the GGUF converter) → engine → eval → reports/demo/. Outputs in runs/demo/.
+# time like the published student) → compare with the teacher (llama.cpp, via the GGUF converter)
+# → extract LoCoMo messages with the published extractor (checkpoints/memkit-extractor-135m, built
+# from its base and delta on first use) → engine → eval → reports/demo/. Outputs in runs/demo/.
 # CI runs it after the tests.
 [doc('The whole pipeline on the embedded default in minutes (outputs in runs/demo/, report in reports/demo/)')]
 demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
@@ -38,7 +39,7 @@ demo data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     rm -rf runs/demo/student  # a fresh 3-step run each time (the distilled windows above are kept)
     {{memkit}} train --recipe recipes/train/demo.toml
     {{memkit}} compare --model runs/demo/student --data runs/demo/distilled/messages/valid.jsonl --max-tokens 256 --out runs/demo/compare.json
-    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model runs/demo/student/model-f16.gguf --restart --limit 8 --max-tokens 256 --output runs/demo/student-records.jsonl
+    {{memkit}} extract --input {{data}}/locomo/locomo10.json --format locomo --dialogue conv-26 --model memkit-extractor-135m --restart --limit 8 --max-tokens 256 --output runs/demo/published-records.jsonl
     {{memkit}} eval --recipe recipes/eval/demo.toml --data-dir {{data}}
 
 # Label dialogue windows with the local 1.5B teacher; resumable (re-run to continue, or cut a run
