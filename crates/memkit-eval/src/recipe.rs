@@ -424,8 +424,16 @@ pub enum SystemSpec {
     Engine {
         /// Report name.
         name: String,
-        /// Where the records come from.
-        records: RecordSource,
+        /// Where the records come from: one source, or a list whose records are indexed together
+        /// (`records = ["rule", { file = "…" }]`: rule sentences and an extractor's records as
+        /// keys of one index).
+        #[serde(deserialize_with = "one_or_many")]
+        records: Vec<RecordSource>,
+        /// What the answer model reads for a retrieved record: the record itself (`"record"`,
+        /// the default) or the turns it points at (`"source"`: records are keys, the source
+        /// holds the details; each turn is read once, at its best-ranked record).
+        #[serde(default)]
+        read: Reading,
         /// Routes, BM25 parameters, dimension weights and fusion (`[systems.retrieval]`).
         #[serde(default)]
         retrieval: TriPathConfig,
@@ -460,9 +468,10 @@ pub enum SystemSpec {
     Hinge {
         /// Report name.
         name: String,
-        /// Where the hyperedges' member records come from (default: raw turns).
-        #[serde(default = "raw_turns")]
-        records: RecordSource,
+        /// Where the hyperedges' member records come from (default: raw turns); a list, as for
+        /// `engine` systems, indexes several sources together.
+        #[serde(default = "raw_turns", deserialize_with = "one_or_many")]
+        records: Vec<RecordSource>,
         /// Settings of the rule extractor when `records = "rule"`.
         #[serde(default)]
         rule_extractor: RuleExtractorConfig,
@@ -495,8 +504,40 @@ pub enum SystemSpec {
     },
 }
 
-fn raw_turns() -> RecordSource {
-    RecordSource::RawTurns
+fn raw_turns() -> Vec<RecordSource> {
+    vec![RecordSource::RawTurns]
+}
+
+/// What an engine system gives the answer model for a retrieved record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reading {
+    /// The record: its content, with the day it was said.
+    #[default]
+    Record,
+    /// The turns the record points at, each once (`[day] Speaker: text`), with the record's
+    /// resolved time for the answer prompt.
+    Source,
+}
+
+/// `records = "rule"` or `records = ["rule", { file = "…" }]`: one source or a non-empty list.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Vec<RecordSource>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(RecordSource),
+        Many(Vec<RecordSource>),
+    }
+    let sources = match OneOrMany::deserialize(deserializer).map_err(|_| {
+        serde::de::Error::custom("records: expected \"raw_turns\", \"rule\", \"observations\", { file = \"…\" } or a list of them")
+    })? {
+        OneOrMany::One(source) => vec![source],
+        OneOrMany::Many(sources) => sources,
+    };
+    if sources.is_empty() {
+        return Err(serde::de::Error::custom("records: the list is empty; name at least one source"));
+    }
+    Ok(sources)
 }
 
 impl SystemSpec {
@@ -547,11 +588,11 @@ impl SystemSpec {
         }
     }
 
-    /// Where the system's records come from (engine and HingeMem systems).
-    pub fn record_source(&self) -> Option<&RecordSource> {
+    /// Where the system's records come from (engine and HingeMem systems; empty for the others).
+    pub fn record_sources(&self) -> &[RecordSource] {
         match self {
-            SystemSpec::Engine { records, .. } | SystemSpec::Hinge { records, .. } => Some(records),
-            _ => None,
+            SystemSpec::Engine { records, .. } | SystemSpec::Hinge { records, .. } => records,
+            _ => &[],
         }
     }
 
@@ -634,7 +675,7 @@ impl EvalRecipe {
                 return Err(format!("two systems are named {:?}: names must be unique", s.name()));
             }
             let uses_observations =
-                matches!(s, SystemSpec::Bm25Observations { .. }) || s.record_source() == Some(&RecordSource::Observations);
+                matches!(s, SystemSpec::Bm25Observations { .. }) || s.record_sources().contains(&RecordSource::Observations);
             if uses_observations && !matches!(self.dataset, DatasetSpec::Locomo { .. }) {
                 return Err(format!("system {:?} uses LoCoMo observations, but the dataset is not LoCoMo", s.name()));
             }

@@ -96,3 +96,28 @@ fn a_qa_budget_is_a_count_or_a_list_of_distinct_counts() {
     assert!(check("budget = []").unwrap_err().contains("budget"));
     assert!(check("budget = 0").unwrap_err().contains("budget"));
 }
+
+/// `records` is one source or a non-empty list of them; anything else names what it expects.
+#[test]
+fn records_are_one_source_or_a_list() {
+    use memkit_eval::recipe::{Reading, RecordSource};
+    let parse = |records: &str| {
+        toml::from_str::<SystemSpec>(&format!("kind = \"engine\"\nname = \"e\"\nrecords = {records}"))
+            .map(|s| s.record_sources().to_vec())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(parse("\"rule\""), Ok(vec![RecordSource::Rule]));
+    assert_eq!(parse("[\"rule\", { file = \"x.jsonl\" }]"), Ok(vec![RecordSource::Rule, RecordSource::File("x.jsonl".into())]));
+    assert!(parse("[]").unwrap_err().contains("the list is empty"));
+    assert!(parse("\"rules\"").unwrap_err().contains("expected \"raw_turns\""));
+    let hinge: SystemSpec = toml::from_str("kind = \"hinge\"\nname = \"h\"").unwrap();
+    assert_eq!(hinge.record_sources(), [RecordSource::RawTurns]);
+    let read = |text: &str| match toml::from_str::<SystemSpec>(&format!("kind = \"engine\"\nname = \"e\"\nrecords = \"rule\"\n{text}")) {
+        Ok(SystemSpec::Engine { read, .. }) => Ok(read),
+        Ok(_) => unreachable!(),
+        Err(e) => Err(e.to_string()),
+    };
+    assert_eq!(read(""), Ok(Reading::Record));
+    assert_eq!(read("read = \"source\""), Ok(Reading::Source));
+    assert!(read("read = \"turns\"").unwrap_err().contains("unknown variant"));
+}

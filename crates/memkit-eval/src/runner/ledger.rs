@@ -13,9 +13,14 @@ use crate::{Error, Result, SystemMetrics};
 /// warning); and for records written by `memkit extract` with a model, what extraction cost
 /// (wall seconds per window, a batch's time shared among its windows; completion tokens per
 /// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
-/// there is one.
+/// there is one. With several record files, the figures are the first file's.
 pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
-    let Some(RecordSource::File(path)) = system.record_source() else { return Ok(()) };
+    let Some(path) = system.record_sources().iter().find_map(|s| match s {
+        RecordSource::File(path) => Some(path),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
     // Records of dialogues this run does not evaluate are skipped: count them and say so.
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.clone(), source })?;
     let mut outside = 0usize;

@@ -20,7 +20,7 @@ use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery};
 
 use crate::pointers::{PointerTally, check_pointers};
-use crate::recipe::{BoundaryKind, RecordSource, SystemSpec, UpdateKind};
+use crate::recipe::{BoundaryKind, Reading, RecordSource, SystemSpec, UpdateKind};
 use crate::{Error, Result, TokenCounter};
 
 /// A retrieved unit: the text the answer model would read and the turns it points to.
@@ -47,6 +47,19 @@ impl Unit {
         Unit { memory: AnswerMemory::from_record(r), ..Unit::new(text, r.pointer.turn_ids.clone()) }
     }
 
+    /// The turns `r` points at, as raw turns read them (`[day] Speaker: text`, joined by new
+    /// lines), with the record's resolved time for the answer prompt. A turn id the dialogue
+    /// lacks is left out (pointer checks count it).
+    pub(super) fn from_source(r: &MemoryRecord, turns: &HashMap<String, MemoryRecord>) -> Self {
+        let sources: Vec<&MemoryRecord> = r.pointer.turn_ids.iter().filter_map(|t| turns.get(t)).collect();
+        let Some(first) = sources.first() else { return Unit::from_record(r) };
+        let text = sources.iter().map(|t| Unit::from_record(t).text).collect::<Vec<_>>().join("\n");
+        let mut memory = AnswerMemory::from_record(first);
+        memory.content = sources.iter().map(|t| t.content.as_str()).collect::<Vec<_>>().join("\n");
+        memory.time = r.dims.time.clone();
+        Unit { memory, ..Unit::new(text, r.pointer.turn_ids.clone()) }
+    }
+
     pub(super) fn tokens(&self, counter: &TokenCounter) -> usize {
         *self.tokens.get_or_init(|| counter.count(&self.text))
     }
@@ -58,6 +71,8 @@ pub(super) enum Ranker {
     Engine {
         tri: Box<TriPath>,
         adaptive: bool,
+        /// Units read their source turns: a unit whose turns were all read already is skipped.
+        once_per_turn: bool,
     },
     /// Units are the hyperedges' descriptions (one per hyperedge, in order), then their member
     /// records.
@@ -153,16 +168,17 @@ impl Prepared {
         Ok(match &self.ranker {
             Ranker::Chronological => Ranking::new((0..self.units.len()).collect(), None),
             Ranker::Bm25(index) => Ranking::new(hits_to(&index.search_text(question, self.units.len())), None),
-            Ranker::Engine { tri, adaptive } => {
+            Ranker::Engine { tri, adaptive, once_per_turn } => {
                 let hits = tri.search(parsed, tri.fusion().cap())?;
-                if *adaptive {
+                let ranking = if *adaptive {
                     // The adaptive stop keeps the best-scored hits of the fused list, in score
                     // order (the fused list itself is in concatenation order).
                     let kept = adaptive_stop(&hits, classify_query(question), &StopConfig::default());
                     Ranking::new(hits_to(&kept), Some(kept.len()))
                 } else {
                     Ranking::new(hits_to(&hits), None)
-                }
+                };
+                if *once_per_turn { read_once(&self.units, ranking) } else { ranking }
             }
             Ranker::Hinge(index) => {
                 let reading = index.read(parsed, classify_query(question));
@@ -181,7 +197,40 @@ impl Prepared {
     }
 }
 
-pub(super) fn records_for(
+/// A ranking of units that read their source turns, without the units whose turns are all read
+/// already (the adaptive stop, if any, moves with the units it kept).
+fn read_once(units: &[Unit], ranking: Ranking) -> Ranking {
+    let mut read = std::collections::HashSet::new();
+    let mut order = Vec::with_capacity(ranking.order.len());
+    let mut stop = ranking.stop.map(|_| 0);
+    for (pos, &i) in ranking.order.iter().enumerate() {
+        // Every turn is marked read (no short circuit): a unit is fresh when any of them was new.
+        let fresh = units[i].turn_ids.iter().filter(|t| read.insert(t.as_str())).count() > 0;
+        if fresh {
+            order.push(i);
+            if ranking.stop.is_some_and(|s| pos < s) {
+                stop = Some(order.len());
+            }
+        }
+    }
+    Ranking { order, stop, recall: ranking.recall }
+}
+
+/// The records of every source, in the order the sources are named.
+pub(super) fn records_of(
+    sources: &[RecordSource],
+    rule: RuleExtractorConfig,
+    dialogue: &Dialogue,
+    sample: Option<&LocomoSample>,
+) -> Result<Vec<MemoryRecord>> {
+    let mut records = Vec::new();
+    for source in sources {
+        records.extend(records_for(source, rule, dialogue, sample)?);
+    }
+    Ok(records)
+}
+
+fn records_for(
     source: &RecordSource,
     rule: RuleExtractorConfig,
     dialogue: &Dialogue,
@@ -272,10 +321,10 @@ pub(super) fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&
                 update: None,
             }
         }
-        SystemSpec::Engine { records: source, retrieval, adaptive_stop, rule_extractor, update, .. } => {
-            let records = records_for(source, *rule_extractor, dialogue, sample)?;
+        SystemSpec::Engine { records: sources, read, retrieval, adaptive_stop, rule_extractor, update, .. } => {
+            let records = records_of(sources, *rule_extractor, dialogue, sample)?;
             // Pointers are the extractor's: checked before any merge joins two records' turns.
-            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+            let pointers = (sources[..] != [RecordSource::RawTurns]).then(|| check_pointers(dialogue, &records));
             let (records, update) = consolidate(system, records, *update, &tools)?;
             let mut tri = TriPath::new(&records, retrieval.clone())?;
             if retrieval.uses_dense() {
@@ -283,17 +332,25 @@ pub(super) fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&
                 let boxed: Box<dyn Embedder> = Box::new(Arc::clone(embedder));
                 tri = tri.with_dense(DenseIndex::build(boxed, &records, 64)?)?;
             }
+            let units = match read {
+                Reading::Record => records.iter().map(Unit::from_record).collect(),
+                Reading::Source => {
+                    let turns: HashMap<String, MemoryRecord> =
+                        raw_turn_records(dialogue).into_iter().map(|r| (r.pointer.turn_ids[0].clone(), r)).collect();
+                    records.iter().map(|r| Unit::from_source(r, &turns)).collect()
+                }
+            };
             Prepared {
-                units: records.iter().map(Unit::from_record).collect(),
-                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop },
+                units,
+                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop, once_per_turn: *read == Reading::Source },
                 pointers,
                 recall: None,
                 update,
             }
         }
-        SystemSpec::Hinge { hinge, segmenter, records: source, rule_extractor, embedding_topics, boundaries, .. } => {
-            let records = records_for(source, *rule_extractor, dialogue, sample)?;
-            let pointers = (*source != RecordSource::RawTurns).then(|| check_pointers(dialogue, &records));
+        SystemSpec::Hinge { hinge, segmenter, records: sources, rule_extractor, embedding_topics, boundaries, .. } => {
+            let records = records_of(sources, *rule_extractor, dialogue, sample)?;
+            let pointers = (sources[..] != [RecordSource::RawTurns]).then(|| check_pointers(dialogue, &records));
             let mut rules = RuleSegmenter::new(*segmenter);
             if *embedding_topics {
                 rules = rules.with_embedder(require_embedder(&tools, system, "finds topic shifts by embeddings")?);
@@ -381,6 +438,65 @@ mod tests {
         assert!(stop >= 1 && stop <= hits.len());
         let best: Vec<usize> = hits[..stop].iter().map(|h| h.doc).collect();
         assert_eq!(ranking.order[..stop], best[..], "hits {hits:?}");
+    }
+
+    /// A unit whose turns were all read is skipped; one that adds a turn stays; an adaptive
+    /// stop keeps the units it kept: four units, the second repeating the first's turn, stop
+    /// after three → two kept before the stop.
+    #[test]
+    fn read_once_skips_units_whose_turns_were_read_and_moves_the_stop() {
+        let unit = |turns: &[&str]| Unit::new(String::new(), turns.iter().map(|t| t.to_string()).collect());
+        let units = [unit(&["a"]), unit(&["a"]), unit(&["a", "b"]), unit(&["c"])];
+        let read = read_once(&units, Ranking::new(vec![0, 1, 2, 3], Some(3)));
+        assert_eq!(read.order, [0, 2, 3]);
+        assert_eq!(read.stop, Some(2));
+        let read = read_once(&units, Ranking::new(vec![1, 0, 3], None));
+        assert_eq!((read.order, read.stop), (vec![1, 3], None));
+    }
+
+    /// Records as keys, source as text: with rule sentences and raw turns indexed together and
+    /// read as their source, each turn is read once, as the raw turn reads it, wherever its
+    /// best key ranks; with the records read, the same index returns both copies.
+    #[test]
+    fn source_reading_reads_each_turn_once_as_the_raw_turn() {
+        let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
+        let texts = ["I adopted a puppy. Her name is Miso and she loves the beach.", "Work was busy today.", "Miso chewed my shoes again!"];
+        let dialogue = ann_says(&texts, at, |_| at);
+        let spec = |read: &str| -> SystemSpec {
+            toml::from_str(&format!(
+                "kind = \"engine\"\nname = \"x\"\nrecords = [\"rule\", \"raw_turns\"]\nrule_extractor.per_sentence = true\nread = \"{read}\""
+            ))
+            .unwrap()
+        };
+        let counter = TokenCounter::o200k().unwrap();
+        let source = prepare(&spec("source"), &dialogue, None, plain_tools(&counter)).unwrap();
+        let records = prepare(&spec("record"), &dialogue, None, plain_tools(&counter)).unwrap();
+        // Rule sentences of the three turns (two in the first), then the three raw turns.
+        let raw = prepare(
+            &toml::from_str("kind = \"engine\"\nname = \"t\"\nrecords = \"raw_turns\"").unwrap(),
+            &dialogue,
+            None,
+            plain_tools(&counter),
+        )
+        .unwrap();
+        assert_eq!(source.units.len(), records.units.len());
+        assert!(source.units.len() > raw.units.len());
+        for unit in &source.units {
+            let turn = raw.units.iter().find(|u| u.turn_ids == unit.turn_ids).unwrap();
+            assert_eq!(unit.text, turn.text);
+        }
+        let question = "What is the name of Ann's puppy Miso?";
+        let read = rank(&source, question, None);
+        let turns: Vec<&str> = read.order.iter().map(|&i| source.units[i].turn_ids[0].as_str()).collect();
+        let mut distinct = turns.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(turns.len(), distinct.len(), "{turns:?}");
+        assert_eq!(turns[0], "D1:1");
+        assert!(turns.contains(&"D1:3"), "{turns:?}");
+        let all = rank(&records, question, None);
+        let first = all.order.iter().filter(|&&i| records.units[i].turn_ids == ["D1:1"]).count();
+        assert!(first >= 2, "the sentence and the raw turn of D1:1 both come back: {:?}", all.order);
     }
 
     /// Assistant recall in eval: the reply that followed a retrieved user turn is read right
