@@ -2,9 +2,9 @@
 //!
 //! Small models loop (they write the same record again until the record cap), and a teacher
 //! words one fact of a message two or three ways. Both thresholds are token F1 on the content
-//! (LoCoMo's, stemmed: [`memkit_text::f1::f1_score`]). Extraction drops repeats within one reply,
-//! cleaning drops them within a window, the agreement scorers drop them before matching, and
-//! decoding ends a reply at its first repeat: all with [`repeated`].
+//! (LoCoMo's, stemmed: [`memkit_text::f1::f1_score`]). Cleaning drops them within a window, after
+//! validation (a record that repeats an invalid one is not a repeat), the agreement scorers drop
+//! them before matching, and decoding ends a reply at its first repeat: all with [`repeated`].
 
 use memkit_schema::ExtractedMemory;
 

@@ -68,6 +68,7 @@ fn records_of_dialogues_not_loaded_are_counted_not_dropped_silently() {
         .arg(&db)
         .arg("--records")
         .arg(&records)
+        .arg("--records-only")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -75,4 +76,44 @@ fn records_of_dialogues_not_loaded_are_counted_not_dropped_silently() {
     assert!(stderr.contains("2 of 3 records belong to no dialogue loaded here"), "{stderr}");
     assert!(stderr.contains("first_window=\"conv-30/w0\"") || stderr.contains("first_window=conv-30/w0"), "{stderr}");
     assert!(stderr.contains("new_records=1"), "{stderr}");
+}
+
+/// By default the given records go in beside the rule sentences, so every turn keeps keys; the
+/// query finds the extractor's record, and with --source prints its source turn under it, once.
+#[test]
+fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let locomo = memkit_data::shared_data_dir().join("locomo/locomo10.json");
+    // D1:3 of conv-26 is Caroline's "I went to a LGBTQ support group yesterday and it was so powerful."
+    let record = serde_json::json!({
+        "id": "x", "content": "Caroline attended an LGBTQ support group on 7 May 2023.", "type": "episodic",
+        "dims": {"time": "2023-05-07", "keywords": ["LGBTQ", "support group"]},
+        "pointer": {"window_id": "conv-26/w1", "turn_ids": ["D1:3"], "speaker": "Caroline"}
+    });
+    std::fs::write(&records, format!("{record}\n")).unwrap();
+    let ingest = |extra: &[&str]| {
+        let db = dir.path().join(format!("m{}.sqlite", extra.len()));
+        let mut args =
+            vec!["ingest", "--format", "locomo", "--dialogue", "conv-26", "--sessions", "1", "--input", locomo.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = memkit(&args, &db);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        use memkit_engine::store::{MemoryStore, SqliteStore};
+        (SqliteStore::open(&db).unwrap().list_records().unwrap().len(), db)
+    };
+    let (sentences, _) = ingest(&[]);
+    let (both, both_db) = ingest(&["--records", records.to_str().unwrap()]);
+    assert_eq!(both, sentences + 1);
+
+    let out = memkit(&["query", "When did Caroline go to the LGBTQ support group?", "--json", "--no-dense", "--source"], &both_db);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hits = json["hits"].as_array().unwrap();
+    let turns: Vec<&str> =
+        hits.iter().flat_map(|h| h["record"]["pointer"]["turn_ids"].as_array().unwrap()).map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(turns.iter().filter(|&&t| t == "D1:3").count(), 1, "each turn once: {turns:?}");
+    let hit = hits.iter().find(|h| h["record"]["pointer"]["turn_ids"][0] == "D1:3").unwrap();
+    let source = hit["source"][0].as_str().unwrap();
+    assert!(source.starts_with("[2023-05-08] Caroline: I went to a LGBTQ support group yesterday"), "{source}");
 }

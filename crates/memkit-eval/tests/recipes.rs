@@ -121,3 +121,22 @@ fn records_are_one_source_or_a_list() {
     assert_eq!(read("read = \"source\""), Ok(Reading::Source));
     assert!(read("read = \"turns\"").unwrap_err().contains("unknown variant"));
 }
+
+/// The rows that report memkit's retrieval run exactly what `memkit query` runs
+/// (`TriPathConfig::recommended`), so the figure a user reads is the configuration they get.
+#[test]
+fn the_keys_reports_measure_the_retrieval_memkit_query_runs() {
+    use memkit_engine::fusion::TriPathConfig;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../recipes/eval");
+    for file in ["locomo-keys-dev.toml", "locomo-keys.toml"] {
+        let recipe = EvalRecipe::from_file(&dir.join(file)).unwrap();
+        let mut engines = 0;
+        for system in &recipe.systems {
+            if let SystemSpec::Engine { retrieval, name, .. } = system {
+                assert_eq!(*retrieval, TriPathConfig::recommended(true), "{file}: {name}");
+                engines += 1;
+            }
+        }
+        assert!(engines >= 6, "{file}: {engines} engine rows");
+    }
+}

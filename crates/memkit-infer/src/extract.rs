@@ -16,7 +16,7 @@
 //! (`memkit.extract_prompt` in its GGUF, see [`memkit_prompt::GGUF_PROMPT_KEY`], or a served
 //! model's `/v1/models` entry), and the extractor renders that instead of `extract.j2`.
 
-use memkit_clean::duplicate::{NEAR_DUPLICATE_F1, repeated};
+use memkit_clean::duplicate::NEAR_DUPLICATE_F1;
 use memkit_data::Window;
 use memkit_prompt::{ChatMessage, ExtractOptions, Prompts};
 use memkit_schema::{
@@ -57,9 +57,11 @@ pub struct Extraction {
 }
 
 impl Extraction {
-    /// Parses `raw` for `window` and keeps only records from the window's suffix that do not
-    /// nearly repeat an earlier one of the reply ([`ErrorKind::Duplicate`]). A reply that hit its token limit
-    /// gets a whole-reply [`ErrorKind::Truncated`] error.
+    /// Parses `raw` for `window` and keeps only records from the window's suffix. A reply that
+    /// hit its token limit gets a whole-reply [`ErrorKind::Truncated`] error. Near duplicates are
+    /// left to cleaning ([`memkit_clean::Cleaner`]), which drops them after validation: a small
+    /// model writes one fact twice, once under each speaker's name, and a repeat rule that ran
+    /// first dropped the valid copy as a repeat of the invalid one.
     pub fn from_output(window: &Window, raw: String, usage: Usage) -> Self {
         let mut outcome = parse_extractor_output(&raw);
         if usage.hit_max_tokens {
@@ -74,20 +76,13 @@ impl Extraction {
         let mut records = Vec::with_capacity(outcome.records.len());
         for record in outcome.records {
             let index = positions.next();
-            if window.in_suffix(record.source_id) {
-                match repeated(&record, &records) {
-                    None => records.push(record),
-                    Some(earlier) => {
-                        let reason = format!("nearly repeats the earlier record {:?}", earlier.content);
-                        let raw = serde_json::to_string(&record).unwrap_or_default();
-                        errors.push(RecordError { index, kind: ErrorKind::Duplicate, reason, raw });
-                    }
+            match memkit_clean::outside_suffix(window, record.source_id) {
+                None => records.push(record),
+                Some((kind, reason)) => {
+                    let raw = serde_json::to_string(&record).unwrap_or_default();
+                    errors.push(RecordError { index, kind, reason, raw });
                 }
-                continue;
             }
-            let (kind, reason) = memkit_clean::outside_suffix(window, record.source_id).expect("not in the suffix");
-            let raw = serde_json::to_string(&record).unwrap_or_default();
-            errors.push(RecordError { index, kind, reason, raw });
         }
         Self { window_id: window.id.clone(), records, errors, raw, usage, grounding: Vec::new() }
     }
@@ -330,8 +325,15 @@ mod tests {
         assert_eq!(places, [Some(0), Some(1)], "{:?}", extraction.errors);
     }
 
+    /// What cleaning keeps of a parsed reply, grounding off: validation, then one record per fact.
+    fn cleaned(window: &Window, extraction: &Extraction) -> (Vec<(u32, String)>, Vec<memkit_clean::DropReason>) {
+        let cleaner = memkit_clean::Cleaner::new(memkit_clean::GroundingConfig { enabled: false, ..Default::default() });
+        let out = cleaner.clean(window, &extraction.records, &extraction.errors).unwrap();
+        (out.records.iter().map(|r| (r.source_id, r.content.clone())).collect(), out.dropped.iter().map(|d| d.reason).collect())
+    }
+
     #[test]
-    fn records_that_nearly_repeat_an_earlier_kept_one_become_errors() {
+    fn records_that_nearly_repeat_an_earlier_kept_one_are_dropped_by_cleaning() {
         let said = |source_id: u32, content: &str| {
             let mut m = memory(source_id);
             m["content"] = content.into();
@@ -349,12 +351,16 @@ mod tests {
             said(4, "Ann adopted a kitten."),
         ];
         let raw = serde_json::json!({ "memories": memories }).to_string();
-        let extraction = Extraction::from_output(&window(2, 4), raw, Usage::default());
-        let kept: Vec<(u32, &str)> = extraction.records.iter().map(|r| (r.source_id, r.content.as_str())).collect();
-        assert_eq!(kept, [(3, "Ann adopted a puppy named Max."), (4, "Ann adopted a kitten.")]);
+        let w = window(2, 4);
+        let extraction = Extraction::from_output(&w, raw, Usage::default());
+        // Parsing keeps every record of the suffix; only the context message's is an error.
+        assert_eq!(extraction.records.len(), 4);
         let errors: Vec<(ErrorKind, Option<usize>)> = extraction.errors.iter().map(|e| (e.kind, e.index)).collect();
-        assert_eq!(errors, [(ErrorKind::ContextSource, Some(0)), (ErrorKind::Duplicate, Some(2)), (ErrorKind::Duplicate, Some(3))]);
-        assert!(extraction.errors[2].raw.contains("last week"), "{:?}", extraction.errors[2]);
+        assert_eq!(errors, [(ErrorKind::ContextSource, Some(0))]);
+        let (kept, dropped) = cleaned(&w, &extraction);
+        assert_eq!(kept, [(3, "Ann adopted a puppy named Max.".into()), (4, "Ann adopted a kitten.".into())]);
+        use memkit_clean::DropReason;
+        assert_eq!(dropped, [DropReason::ContextMessage, DropReason::Duplicate, DropReason::Duplicate]);
     }
 
     #[test]
@@ -370,11 +376,30 @@ mod tests {
         let memories =
             [said(3, "Ann adopted a puppy named Max."), said(3, "Ann adopted a puppy in May."), said(4, "Ann adopted a puppy in May.")];
         let raw = serde_json::json!({ "memories": memories }).to_string();
-        let extraction = Extraction::from_output(&window(2, 4), raw, Usage::default());
-        let kept: Vec<(u32, &str)> = extraction.records.iter().map(|r| (r.source_id, r.content.as_str())).collect();
-        assert_eq!(kept, [(3, "Ann adopted a puppy named Max."), (4, "Ann adopted a puppy in May.")]);
-        let errors: Vec<(ErrorKind, Option<usize>)> = extraction.errors.iter().map(|e| (e.kind, e.index)).collect();
-        assert_eq!(errors, [(ErrorKind::Duplicate, Some(1))]);
+        let w = window(2, 4);
+        let (kept, dropped) = cleaned(&w, &Extraction::from_output(&w, raw, Usage::default()));
+        assert_eq!(kept, [(3, "Ann adopted a puppy named Max.".into()), (4, "Ann adopted a puppy in May.".into())]);
+        assert_eq!(dropped, [memkit_clean::DropReason::Duplicate]);
+    }
+
+    /// See: issue 39. A small model writes a message's fact under each speaker's name; the copy
+    /// with the wrong speaker is dropped by validation, and the right one is kept, not dropped
+    /// as a repeat of the wrong one (stemmed tokens "jon love contemporari danc" against "gina
+    /// love contemporari danc": 3 of 4 shared, F1 0.75 ≥ 0.6 for one message).
+    #[test]
+    fn the_valid_copy_of_a_fact_written_under_both_names_is_kept() {
+        let w = Window::of(
+            "conv-30/w6",
+            1,
+            vec![WindowMessage::user(1, "Gina", "What dances do you like?"), WindowMessage::user(2, "Jon", "I love contemporary dance.")],
+        );
+        let raw = serde_json::json!({"memories": [
+            {"source_id": 2, "source_speaker": "Gina", "content": "Gina loves contemporary dances.", "dimension": {"memory_type": "profile"}},
+            {"source_id": 2, "source_speaker": "Jon", "content": "Jon loves contemporary dances.", "dimension": {"memory_type": "profile"}}]})
+        .to_string();
+        let (kept, dropped) = cleaned(&w, &Extraction::from_output(&w, raw, Usage::default()));
+        assert_eq!(kept, [(2, "Jon loves contemporary dances.".into())]);
+        assert_eq!(dropped, [memkit_clean::DropReason::SpeakerMismatch]);
     }
 
     #[test]

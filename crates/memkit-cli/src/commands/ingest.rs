@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use memkit_engine::dense::{Embedder, HashingEmbedder};
 use memkit_engine::llm::LlmConsolidator;
-use memkit_engine::rule_extractor::{RuleExtractor, raw_turn_records};
+use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::store::{IngestBatch, MemoryStore, SqliteStore};
 use memkit_engine::update::{Consolidator, RuleConsolidator, UpdateConfig, update};
 use memkit_eval::recipe::ModelSpec;
@@ -16,8 +16,9 @@ use super::extract::ExtractorKind;
 /// Store dialogues and their memory records in a SQLite database.
 ///
 /// Source turns and assistant replies are always stored (the engine fetches them through record
-/// pointers). Records come from --records (JSONL of memory records, e.g. from `memkit extract`)
-/// or from the rule extractor. With --update, new records are consolidated against stored ones
+/// pointers). Records come from the rule extractor, one per sentence, so every turn has keys;
+/// --records (JSONL of memory records, e.g. from `memkit extract`) are stored beside them, and
+/// with --records-only instead of them (reports/locomo-keys/ measures both). With --update, new records are consolidated against stored ones
 /// (dimension-aware update: same type → keyword Jaccard ≥ 0.3 → embed candidates → cosine ≥ 0.7
 /// → merge / supersede / keep both). The rules decide each pair; with --update-model, DimMem's
 /// language model decides it from prompts/update.j2 (the rules step in for a reply that is cut
@@ -31,10 +32,14 @@ pub struct Args {
     db: PathBuf,
     #[command(flatten)]
     dialogues: DialogueArgs,
-    /// Records to store instead of running an extractor (JSONL, one memory record per line).
+    /// Records to store beside the --extractor's (JSONL, one memory record per line).
     #[arg(long)]
     records: Option<PathBuf>,
-    /// The extractor used when --records is not given.
+    /// Store only --records, without the --extractor's records beside them.
+    #[arg(long, requires = "records")]
+    records_only: bool,
+    /// The baseline extractor that gives every turn keys: `rule` (one record per sentence) or
+    /// `raw-turns`.
     #[arg(long, value_enum, default_value = "rule")]
     extractor: ExtractorKind,
     /// Consolidate new records against stored ones instead of appending them.
@@ -98,18 +103,21 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
         None => &rules,
     };
     let bar = bars.bar(dialogues.len() as u64, "ingest");
-    let rule = RuleExtractor::default();
+    let rule = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..RuleExtractorConfig::default() });
     let (mut stored, mut stats_total) = (0usize, Vec::new());
     for d in &dialogues {
         let mut batch = IngestBatch::from_dialogue(d);
-        let records = match (&given, args.extractor) {
-            (Some(all), _) => all.iter().filter(|r| r.pointer.belongs_to(&d.id)).cloned().collect(),
-            (None, ExtractorKind::Rule) => rule.extract(d),
-            (None, ExtractorKind::RawTurns) => raw_turn_records(d),
-            (None, ExtractorKind::Model | ExtractorKind::Observations) => anyhow::bail!(
+        let mut records = match (args.records_only, args.extractor) {
+            (true, _) => Vec::new(),
+            (false, ExtractorKind::Rule) => rule.extract(d),
+            (false, ExtractorKind::RawTurns) => raw_turn_records(d),
+            (false, ExtractorKind::Model | ExtractorKind::Observations) => anyhow::bail!(
                 "ingest runs the rule baselines itself; for a model or LoCoMo's observations, run `memkit extract ... -o records.jsonl` and pass --records records.jsonl"
             ),
         };
+        if let Some(all) = &given {
+            records.extend(all.iter().filter(|r| r.pointer.belongs_to(&d.id)).cloned());
+        }
         stored += records.len();
         if args.update {
             store.ingest(&batch).with_context(|| format!("ingesting dialogue {}", d.id))?;

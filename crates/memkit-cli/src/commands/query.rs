@@ -6,7 +6,7 @@ use anyhow::Context;
 use chrono::NaiveDateTime;
 use memkit_engine::Retriever;
 use memkit_engine::dense::{DenseIndex, Embedder};
-use memkit_engine::fusion::{Route, TriPath, TriPathConfig};
+use memkit_engine::fusion::{TriPath, TriPathConfig};
 use memkit_engine::llm::LlmQueryParser;
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
@@ -15,11 +15,13 @@ use memkit_engine::store::{MemoryStore, SqliteStore};
 use memkit_eval::recipe::ModelSpec;
 
 /// Ask a memory database a question: the rule parser (or, with --parser-model, DimMem's
-/// language-model parser) turns it into retrieval fields, BM25, dense
-/// (all-MiniLM-L6-v2, when installed) and dimension match retrieve, DimMem fusion combines them,
-/// HingeMem's adaptive stop cuts the list, and assistant replies are attached when the question
-/// asks what the assistant said. The dense route's record vectors are cached in the database, so
-/// only the first query after an ingest embeds records.
+/// language-model parser) turns it into retrieval fields; BM25 and dense (all-MiniLM-L6-v2, when
+/// installed; dimension match without it) retrieve, and a weighted fusion ranks the records
+/// (memkit's retrieval, `TriPathConfig::recommended`, measured in reports/locomo-keys/).
+/// Assistant replies are attached when the question asks what the assistant said. With --source,
+/// each record's source turns are printed under it, each turn once: records are the keys, the
+/// turns hold the details. The dense route's record vectors are cached in the database, so only
+/// the first query after an ingest embeds records.
 ///
 /// Example: memkit query --db mem.sqlite "When did Caroline go to the LGBTQ support group?"
 #[derive(Debug, clap::Args)]
@@ -35,9 +37,14 @@ pub struct Args {
     /// Most records to print.
     #[arg(long, short, default_value_t = 10)]
     k: usize,
-    /// Print the whole fused list instead of cutting it adaptively.
+    /// Cut the list with HingeMem's adaptive stop (it returned lists that reach less evidence on
+    /// LoCoMo: reports/locomo-routes/).
     #[arg(long)]
-    no_stop: bool,
+    adaptive_stop: bool,
+    /// Print each record's source turns under it (each turn once; a record whose turns were all
+    /// printed is left out).
+    #[arg(long)]
+    source: bool,
     /// Print JSON (parsed query and hits) instead of text.
     #[arg(long)]
     json: bool,
@@ -89,23 +96,48 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let embedder = if args.no_dense { None } else { super::load_embedder(args.embedder_dir.as_deref())? };
     let tri = match embedder {
         Some(embedder) => {
-            let config = TriPathConfig { routes: vec![Route::Bm25, Route::Dense, Route::Dimension], ..TriPathConfig::default() };
             let boxed: Box<dyn Embedder> = Box::new(embedder);
             let dense = DenseIndex::from_store(boxed, &mut store, &records, 64).context("embedding the records for the dense route")?;
-            TriPath::new(&records, config)?.with_dense(dense)?
+            TriPath::new(&records, TriPathConfig::recommended(true))?.with_dense(dense)?
         }
         None => {
             if !args.no_dense {
                 tracing::info!("dense route off: all-MiniLM-L6-v2 is not installed (`memkit models fetch all-minilm-l6-v2`)");
             }
-            TriPath::new(&records, TriPathConfig::default())?
+            TriPath::new(&records, TriPathConfig::recommended(false))?
         }
     };
     let mut hits = tri.search(&parsed, tri.fusion().cap()).context("retrieval failed")?;
-    if !args.no_stop {
+    if args.adaptive_stop {
         hits = adaptive_stop(&hits, classify_query(&args.question), &StopConfig::default());
     }
+    // With --source, the records whose turns an earlier record already showed are left out.
+    let mut sources = Vec::new();
+    if args.source {
+        let mut shown = std::collections::HashSet::new();
+        let mut kept = Vec::new();
+        for h in hits {
+            let turns: Vec<&String> = records[h.doc].pointer.turn_ids.iter().filter(|t| shown.insert(t.as_str())).collect();
+            if turns.is_empty() {
+                continue;
+            }
+            let mut texts = Vec::new();
+            for t in turns {
+                if let Some(turn) = store.get_turn(t)? {
+                    let day = turn.timestamp.map(|ts| format!("[{}] ", ts.format("%Y-%m-%d"))).unwrap_or_default();
+                    texts.push(format!("{day}{}: {}", turn.speaker, turn.text));
+                }
+            }
+            sources.push(texts);
+            kept.push(h);
+            if kept.len() == args.k {
+                break;
+            }
+        }
+        hits = kept;
+    }
     hits.truncate(args.k);
+    sources.resize(hits.len(), Vec::new());
     let found: Vec<_> = hits.iter().map(|h| records[h.doc].clone()).collect();
     let mut stats = RecallStats::default();
     let replies = attach_assistant_replies(&store, &parsed, &found, &mut stats)?;
@@ -115,7 +147,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .zip(&found)
             .zip(&replies)
-            .map(|((h, r), rep)| serde_json::json!({"score": h.score, "record": r, "assistant_replies": rep.iter().map(|x| &x.text).collect::<Vec<_>>()}))
+            .zip(&sources)
+            .map(|(((h, r), rep), src)| {
+                serde_json::json!({"score": h.score, "record": r, "source": src, "assistant_replies": rep.iter().map(|x| &x.text).collect::<Vec<_>>()})
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"query": parsed, "hits": hits}))?);
     } else {
@@ -123,9 +158,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if found.is_empty() {
             println!("no memory matches ({} records in {})", records.len(), args.db.display());
         }
-        for (i, ((h, r), rep)) in hits.iter().zip(&found).zip(&replies).enumerate() {
+        for (i, (((h, r), rep), src)) in hits.iter().zip(&found).zip(&replies).zip(&sources).enumerate() {
             let time = if r.dims.time.is_empty() { String::new() } else { format!(" time={}", r.dims.time) };
             println!("{:>2}. [{:.3}] ({}{}) {}  ← {}", i + 1, h.score, r.memory_type, time, r.content, r.pointer.turn_ids.join(","));
+            for text in src {
+                println!("      {text}");
+            }
             for x in rep {
                 println!("      assistant replied: {}", x.text);
             }
