@@ -15,8 +15,10 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
-    /// The database was written by a newer or unknown schema version.
-    #[error("store {path}: schema version {found} is not supported (this build reads version {expected})")]
+    /// The database was written by an older, newer or unknown schema version.
+    #[error(
+        "store {path}: schema version {found} is not supported (this build reads version {expected}); ingest the dialogues again into a new database"
+    )]
     SchemaVersion {
         /// Database file.
         path: PathBuf,

@@ -46,32 +46,33 @@ pub fn attach_assistant_replies<S: MemoryStore + ?Sized>(
     records: &[MemoryRecord],
     stats: &mut RecallStats,
 ) -> Result<Vec<Vec<AssistantReply>>> {
-    replies_for(|turn| store.assistant_reply(turn), query, records.iter().map(|r| r.pointer.turn_ids.as_slice()), stats)
+    let sources = records.iter().map(|r| (r.pointer.dialogue_id(), r.pointer.turn_ids.as_slice()));
+    replies_for(|dialogue, turn| store.assistant_reply(dialogue, turn), query, sources, stats)
 }
 
-/// The rule behind [`attach_assistant_replies`] for any retrieved items given by their source
-/// turns (a record's pointer, a HingeMem part's turns), with replies looked up by user turn id
-/// (the store, or [`AssistantReply::of_dialogue`] in memory).
+/// The rule behind [`attach_assistant_replies`] for any retrieved items given by their dialogue
+/// and source turns (a record's pointer, a HingeMem part's turns), with replies looked up by
+/// dialogue and user turn id (the store, or [`AssistantReply::of_dialogue`] in memory).
 pub fn replies_for<'a>(
-    lookup: impl Fn(&str) -> Result<Option<AssistantReply>>,
+    lookup: impl Fn(&str, &str) -> Result<Option<AssistantReply>>,
     query: &ParsedQuery,
-    sources: impl IntoIterator<Item = &'a [String]>,
+    sources: impl IntoIterator<Item = (&'a str, &'a [String])>,
     stats: &mut RecallStats,
 ) -> Result<Vec<Vec<AssistantReply>>> {
     stats.queries += 1;
-    let sources: Vec<&[String]> = sources.into_iter().collect();
+    let sources: Vec<(&str, &[String])> = sources.into_iter().collect();
     let mut out = vec![Vec::new(); sources.len()];
     if !query.need_assistant_context {
         return Ok(out);
     }
     stats.triggered += 1;
     let mut seen = HashSet::new();
-    for (turns, slot) in sources.into_iter().zip(out.iter_mut()) {
+    for ((dialogue, turns), slot) in sources.into_iter().zip(out.iter_mut()) {
         let mut found = false;
         for turn_id in turns {
-            if let Some(reply) = lookup(turn_id)? {
+            if let Some(reply) = lookup(dialogue, turn_id)? {
                 found = true;
-                if seen.insert(reply.reply_turn_id.clone()) {
+                if seen.insert((reply.dialogue_id.clone(), reply.reply_turn_id.clone())) {
                     slot.push(reply);
                 }
             }
@@ -123,7 +124,7 @@ mod tests {
             content: format!("record {id}"),
             memory_type: MemoryType::Fact,
             dims: Default::default(),
-            pointer: Pointer { turn_ids: turns.iter().map(|t| t.to_string()).collect(), ..Default::default() },
+            pointer: Pointer { window_id: "d/w0".into(), turn_ids: turns.iter().map(|t| t.to_string()).collect(), ..Default::default() },
         }
     }
 

@@ -33,8 +33,11 @@ use serde::{Deserialize, Serialize};
 use crate::hinge::NodeKind;
 use crate::{Error, Result};
 
-/// The schema version this build reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema version this build reads and writes (`PRAGMA user_version`). 2: turns, replies
+/// and record pointers are keyed by dialogue and turn id (version 1 keyed turns by turn id alone,
+/// so two dialogues with the same turn ids, as LoCoMo's conversations have, overwrote each
+/// other's turns).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// A rendered extraction window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +70,8 @@ pub struct SourceTurn {
 /// The assistant reply that directly followed a user turn (for assistant recall).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AssistantReply {
+    /// The dialogue both turns belong to.
+    pub dialogue_id: String,
     /// The user turn the reply answers.
     pub turn_id: String,
     /// The assistant turn's own id.
@@ -86,7 +91,12 @@ impl AssistantReply {
                     && turn.role == Role::User
                     && next.role == Role::Assistant
                 {
-                    out.push(Self { turn_id: turn.id.clone(), reply_turn_id: next.id.clone(), text: next.text.clone() });
+                    out.push(Self {
+                        dialogue_id: dialogue.id.clone(),
+                        turn_id: turn.id.clone(),
+                        reply_turn_id: next.id.clone(),
+                        text: next.text.clone(),
+                    });
                 }
             }
         }
@@ -166,8 +176,8 @@ pub trait MemoryStore {
     fn ingest(&mut self, batch: &IngestBatch) -> Result<()>;
     /// One record by id.
     fn get_record(&self, id: &str) -> Result<Option<MemoryRecord>>;
-    /// Records whose pointer names the given dataset turn id.
-    fn records_by_turn(&self, turn_id: &str) -> Result<Vec<MemoryRecord>>;
+    /// Records whose pointer names the given turn of the given dialogue.
+    fn records_by_turn(&self, dialogue_id: &str, turn_id: &str) -> Result<Vec<MemoryRecord>>;
     /// Overwrites an existing record; `false` when no record has that id. Drops the record's
     /// cached embeddings because its text may have changed.
     fn update_record(&mut self, record: &MemoryRecord) -> Result<bool>;
@@ -182,12 +192,12 @@ pub trait MemoryStore {
     fn get_window(&self, id: &str) -> Result<Option<StoredWindow>>;
     /// The windows of a dialogue, in insertion order.
     fn windows(&self, dialogue_id: &str) -> Result<Vec<StoredWindow>>;
-    /// One source turn by dataset turn id.
-    fn get_turn(&self, turn_id: &str) -> Result<Option<SourceTurn>>;
+    /// One source turn by dialogue and dataset turn id (turn ids repeat across dialogues).
+    fn get_turn(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<SourceTurn>>;
     /// The turns of a dialogue, in insertion order.
     fn turns(&self, dialogue_id: &str) -> Result<Vec<SourceTurn>>;
-    /// The assistant reply that followed a user turn.
-    fn assistant_reply(&self, turn_id: &str) -> Result<Option<AssistantReply>>;
+    /// The assistant reply that followed a user turn of a dialogue.
+    fn assistant_reply(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<AssistantReply>>;
     /// Caches embeddings of records for one model (replacing older vectors).
     fn put_embeddings(&mut self, model_id: &str, vectors: &[(String, Vec<f32>)]) -> Result<()>;
     /// Cached embeddings of the given records for one model; missing ids are absent.
@@ -218,10 +228,11 @@ CREATE TABLE records (
 );
 CREATE TABLE record_turns (
     record_id TEXT NOT NULL REFERENCES records(id) ON DELETE CASCADE,
+    dialogue_id TEXT NOT NULL,
     turn_id TEXT NOT NULL,
     PRIMARY KEY (record_id, turn_id)
 );
-CREATE INDEX record_turns_turn ON record_turns(turn_id);
+CREATE INDEX record_turns_turn ON record_turns(dialogue_id, turn_id);
 CREATE TABLE windows (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -231,18 +242,21 @@ CREATE TABLE windows (
 CREATE INDEX windows_dialogue ON windows(dialogue_id);
 CREATE TABLE turns (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    turn_id TEXT NOT NULL UNIQUE,
+    turn_id TEXT NOT NULL,
     dialogue_id TEXT NOT NULL,
     speaker TEXT NOT NULL,
     role TEXT NOT NULL,
     text TEXT NOT NULL,
-    timestamp TEXT
+    timestamp TEXT,
+    UNIQUE (dialogue_id, turn_id)
 );
 CREATE INDEX turns_dialogue ON turns(dialogue_id);
 CREATE TABLE replies (
-    turn_id TEXT PRIMARY KEY,
+    dialogue_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
     reply_turn_id TEXT NOT NULL,
-    text TEXT NOT NULL
+    text TEXT NOT NULL,
+    PRIMARY KEY (dialogue_id, turn_id)
 );
 CREATE TABLE embeddings (
     record_id TEXT NOT NULL REFERENCES records(id) ON DELETE CASCADE,
@@ -337,12 +351,15 @@ impl SqliteStore {
     }
 
     fn query_records(&self, sql: &str, param: Option<&str>) -> Result<Vec<MemoryRecord>> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(self.wrap())?;
-        let rows = match param {
-            Some(p) => stmt.query_map([p], raw_record),
-            None => stmt.query_map([], raw_record),
+        match param {
+            Some(p) => self.query_records_with(sql, [p]),
+            None => self.query_records_with(sql, []),
         }
-        .map_err(self.wrap())?;
+    }
+
+    fn query_records_with(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<MemoryRecord>> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(self.wrap())?;
+        let rows = stmt.query_map(params, raw_record).map_err(self.wrap())?;
         let mut out = Vec::new();
         for row in rows {
             out.push(self.decode_record(row.map_err(self.wrap())?)?);
@@ -437,9 +454,9 @@ fn insert_record(tx: &Transaction<'_>, r: &MemoryRecord) -> rusqlite::Result<()>
 }
 
 fn insert_record_turns(tx: &Transaction<'_>, r: &MemoryRecord) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO record_turns (record_id, turn_id) VALUES (?1, ?2)")?;
+    let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO record_turns (record_id, dialogue_id, turn_id) VALUES (?1, ?2, ?3)")?;
     for t in &r.pointer.turn_ids {
-        stmt.execute(params![r.id, t])?;
+        stmt.execute(params![r.id, r.pointer.dialogue_id(), t])?;
     }
     Ok(())
 }
@@ -510,7 +527,7 @@ impl MemoryStore for SqliteStore {
             let mut t = tx
                 .prepare_cached(
                     "INSERT INTO turns (turn_id, dialogue_id, speaker, role, text, timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                     ON CONFLICT(turn_id) DO UPDATE SET dialogue_id = excluded.dialogue_id, speaker = excluded.speaker, \
+                     ON CONFLICT(dialogue_id, turn_id) DO UPDATE SET speaker = excluded.speaker, \
                      role = excluded.role, text = excluded.text, timestamp = excluded.timestamp",
                 )
                 .map_err(wrap)?;
@@ -518,10 +535,11 @@ impl MemoryStore for SqliteStore {
                 let ts = turn.timestamp.map(|t| t.format(TIMESTAMP_FORMAT).to_string());
                 t.execute(params![turn.turn_id, turn.dialogue_id, turn.speaker, role_str(turn.role), turn.text, ts]).map_err(wrap)?;
             }
-            let mut rp =
-                tx.prepare_cached("INSERT OR REPLACE INTO replies (turn_id, reply_turn_id, text) VALUES (?1, ?2, ?3)").map_err(wrap)?;
+            let mut rp = tx
+                .prepare_cached("INSERT OR REPLACE INTO replies (dialogue_id, turn_id, reply_turn_id, text) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(wrap)?;
             for r in &batch.replies {
-                rp.execute(params![r.turn_id, r.reply_turn_id, r.text]).map_err(wrap)?;
+                rp.execute(params![r.dialogue_id, r.turn_id, r.reply_turn_id, r.text]).map_err(wrap)?;
             }
             let mut h = tx
                 .prepare_cached("INSERT INTO hyperedges (id, body) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET body = excluded.body")
@@ -539,10 +557,12 @@ impl MemoryStore for SqliteStore {
         Ok(self.query_records(&sql, Some(id))?.pop())
     }
 
-    fn records_by_turn(&self, turn_id: &str) -> Result<Vec<MemoryRecord>> {
+    fn records_by_turn(&self, dialogue_id: &str, turn_id: &str) -> Result<Vec<MemoryRecord>> {
         let cols = RECORD_COLUMNS.split(", ").map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
-        let sql = format!("SELECT {cols} FROM records r JOIN record_turns t ON t.record_id = r.id WHERE t.turn_id = ?1 ORDER BY r.seq");
-        self.query_records(&sql, Some(turn_id))
+        let sql = format!(
+            "SELECT {cols} FROM records r JOIN record_turns t ON t.record_id = r.id WHERE t.dialogue_id = ?1 AND t.turn_id = ?2 ORDER BY r.seq"
+        );
+        self.query_records_with(&sql, params![dialogue_id, turn_id])
     }
 
     fn update_record(&mut self, record: &MemoryRecord) -> Result<bool> {
@@ -601,11 +621,13 @@ impl MemoryStore for SqliteStore {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.wrap())
     }
 
-    fn get_turn(&self, turn_id: &str) -> Result<Option<SourceTurn>> {
+    fn get_turn(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<SourceTurn>> {
         let raw = self
             .conn
-            .prepare_cached("SELECT turn_id, dialogue_id, speaker, role, text, timestamp FROM turns WHERE turn_id = ?1")
-            .and_then(|mut s| s.query_row([turn_id], raw_turn).optional())
+            .prepare_cached(
+                "SELECT turn_id, dialogue_id, speaker, role, text, timestamp FROM turns WHERE dialogue_id = ?1 AND turn_id = ?2",
+            )
+            .and_then(|mut s| s.query_row([dialogue_id, turn_id], raw_turn).optional())
             .map_err(self.wrap())?;
         raw.map(|r| self.decode_turn(r)).transpose()
     }
@@ -623,11 +645,14 @@ impl MemoryStore for SqliteStore {
         Ok(out)
     }
 
-    fn assistant_reply(&self, turn_id: &str) -> Result<Option<AssistantReply>> {
+    fn assistant_reply(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<AssistantReply>> {
         self.conn
-            .prepare_cached("SELECT turn_id, reply_turn_id, text FROM replies WHERE turn_id = ?1")
+            .prepare_cached("SELECT dialogue_id, turn_id, reply_turn_id, text FROM replies WHERE dialogue_id = ?1 AND turn_id = ?2")
             .and_then(|mut s| {
-                s.query_row([turn_id], |r| Ok(AssistantReply { turn_id: r.get(0)?, reply_turn_id: r.get(1)?, text: r.get(2)? })).optional()
+                s.query_row([dialogue_id, turn_id], |r| {
+                    Ok(AssistantReply { dialogue_id: r.get(0)?, turn_id: r.get(1)?, reply_turn_id: r.get(2)?, text: r.get(3)? })
+                })
+                .optional()
             })
             .map_err(self.wrap())
     }

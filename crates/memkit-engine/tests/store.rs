@@ -84,17 +84,17 @@ fn everything_round_trips() {
     assert_eq!(store.list_records().unwrap(), batch.records);
     assert_eq!(store.get_record("r2").unwrap().as_ref(), Some(&batch.records[1]));
     assert_eq!(store.get_record("nope").unwrap(), None);
-    let by_turn: Vec<String> = store.records_by_turn("s1:0").unwrap().into_iter().map(|r| r.id).collect();
+    let by_turn: Vec<String> = store.records_by_turn("d", "s1:0").unwrap().into_iter().map(|r| r.id).collect();
     assert_eq!(by_turn, ["r1", "r2"]);
-    assert!(store.records_by_turn("s1:1").unwrap().is_empty());
+    assert!(store.records_by_turn("d", "s1:1").unwrap().is_empty());
 
     assert_eq!(store.get_window("d/w0").unwrap().as_ref(), Some(&batch.windows[0]));
     assert_eq!(store.windows("d").unwrap(), batch.windows);
     assert_eq!(store.turns("d").unwrap(), batch.turns);
-    assert_eq!(store.get_turn("s1:1").unwrap().unwrap().role, Role::Assistant);
-    let reply = store.assistant_reply("s1:0").unwrap().unwrap();
+    assert_eq!(store.get_turn("d", "s1:1").unwrap().unwrap().role, Role::Assistant);
+    let reply = store.assistant_reply("d", "s1:0").unwrap().unwrap();
     assert_eq!((reply.reply_turn_id.as_str(), reply.text.as_str()), ("s1:1", "Visit the Louvre."));
-    assert_eq!(store.assistant_reply("s1:2").unwrap(), None, "no reply follows the last user turn");
+    assert_eq!(store.assistant_reply("d", "s1:2").unwrap(), None, "no reply follows the last user turn");
     assert_eq!(store.list_hyperedges().unwrap(), batch.hyperedges);
 
     let nodes = vec![
@@ -123,8 +123,8 @@ fn embeddings_are_cached_per_model_and_dropped_with_their_text() {
     assert!(store.update_record(&changed).unwrap());
     assert_eq!(store.get_record("r1").unwrap().unwrap(), changed);
     assert!(store.get_embeddings("m1", &["r1"]).unwrap().is_empty(), "stale vector dropped");
-    assert_eq!(store.records_by_turn("s1:2").unwrap().len(), 2, "turn index follows the update");
-    assert_eq!(store.records_by_turn("s1:0").unwrap().len(), 1);
+    assert_eq!(store.records_by_turn("d", "s1:2").unwrap().len(), 2, "turn index follows the update");
+    assert_eq!(store.records_by_turn("d", "s1:0").unwrap().len(), 1);
 
     assert!(store.delete_record("r2").unwrap());
     assert!(!store.delete_record("r2").unwrap());
@@ -145,7 +145,7 @@ fn reopening_a_file_keeps_everything_and_uses_wal() {
     assert_eq!(store.path(), path);
     assert_eq!(store.list_records().unwrap(), full_batch().records);
     assert_eq!(store.get_embeddings("m", &["r1"]).unwrap()["r1"], [0.25, -0.5]);
-    assert_eq!(store.assistant_reply("s1:0").unwrap().unwrap().text, "Visit the Louvre.");
+    assert_eq!(store.assistant_reply("d", "s1:0").unwrap().unwrap().text, "Visit the Louvre.");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
@@ -160,7 +160,34 @@ fn reopening_a_file_keeps_everything_and_uses_wal() {
     let hits = tri.search(&query, 5).unwrap();
     let best = &records[hits[0].doc];
     assert_eq!(best.id, "r2", "{hits:?}");
-    assert_eq!(store.get_turn(&best.pointer.turn_ids[0]).unwrap().unwrap().text, "Thanks!");
+    assert_eq!(store.get_turn(best.pointer.dialogue_id(), &best.pointer.turn_ids[0]).unwrap().unwrap().text, "Thanks!");
+}
+
+/// Two dialogues with the same turn ids (LoCoMo's conversations all start at `D1:1`) keep their
+/// own turns, replies and record pointers; schema 1 overwrote the first dialogue's turns.
+#[test]
+fn dialogues_with_the_same_turn_ids_keep_their_own_turns() {
+    let mut store = SqliteStore::open_in_memory().unwrap();
+    store.ingest(&full_batch()).unwrap();
+    let mut other = dialogue();
+    other.id = "e".into();
+    other.sessions[0].turns[0].text = "I am flying to Rome.".into();
+    other.sessions[0].turns[1].text = "See the Colosseum.".into();
+    let mut batch = IngestBatch::from_dialogue(&other);
+    let mut r = record("r3", "Ann flew to Rome.", &["s1:0"]);
+    r.pointer.window_id = "e/w0".into();
+    batch.records = vec![r];
+    store.ingest(&batch).unwrap();
+
+    assert_eq!(store.get_turn("d", "s1:0").unwrap().unwrap().text, "I am flying to Paris.");
+    assert_eq!(store.get_turn("e", "s1:0").unwrap().unwrap().text, "I am flying to Rome.");
+    assert_eq!(store.assistant_reply("d", "s1:0").unwrap().unwrap().text, "Visit the Louvre.");
+    assert_eq!(store.assistant_reply("e", "s1:0").unwrap().unwrap().text, "See the Colosseum.");
+    let ids = |dialogue: &str| -> Vec<String> { store.records_by_turn(dialogue, "s1:0").unwrap().into_iter().map(|r| r.id).collect() };
+    assert_eq!(ids("d"), ["r1", "r2"]);
+    assert_eq!(ids("e"), ["r3"]);
+    assert_eq!(store.turns("d").unwrap().len(), 3);
+    assert_eq!(store.turns("e").unwrap().len(), 3);
 }
 
 #[test]
@@ -170,7 +197,7 @@ fn a_newer_schema_is_refused_with_the_file_named() {
     SqliteStore::open(&path).unwrap();
     rusqlite::Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
     let err = SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(err, Error::SchemaVersion { found: 99, expected: 1, .. }), "{err:?}");
+    assert!(matches!(err, Error::SchemaVersion { found: 99, expected: memkit_engine::store::SCHEMA_VERSION, .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("future.sqlite") && msg.contains("99"), "{msg}");
 }

@@ -138,7 +138,7 @@ fn decisions_are_applied_and_embeddings_counted() {
     assert_eq!(o2.content, RACE_LONG);
     assert_eq!(o2.dims.keywords, ["charity race", "park", "morning"]);
     assert_eq!(o2.pointer.turn_ids, ["T:o2", "T:n2"]);
-    assert_eq!(store.records_by_turn("T:n2").unwrap()[0].id, "o2", "the merged pointer is indexed");
+    assert_eq!(store.records_by_turn("", "T:n2").unwrap()[0].id, "o2", "the merged pointer is indexed");
 }
 
 #[test]

@@ -117,13 +117,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut shown = std::collections::HashSet::new();
         let mut kept = Vec::new();
         for h in hits {
-            let turns: Vec<&String> = records[h.doc].pointer.turn_ids.iter().filter(|t| shown.insert(t.as_str())).collect();
+            let pointer = &records[h.doc].pointer;
+            let turns: Vec<&String> = pointer.turn_ids.iter().filter(|t| shown.insert((pointer.dialogue_id(), t.as_str()))).collect();
             if turns.is_empty() {
                 continue;
             }
             let mut texts = Vec::new();
             for t in turns {
-                if let Some(turn) = store.get_turn(t)? {
+                if let Some(turn) = store.get_turn(pointer.dialogue_id(), t)? {
                     let day = turn.timestamp.map(|ts| format!("[{}] ", ts.format("%Y-%m-%d"))).unwrap_or_default();
                     texts.push(format!("{day}{}: {}", turn.speaker, turn.text));
                 }

@@ -138,8 +138,9 @@ impl Recall {
     /// once), so its tokens count against the budget; an adaptive stop moves with its units.
     pub(super) fn attach(&self, units: &[Unit], ranking: Ranking, parsed: &ParsedQuery) -> Result<Ranking> {
         let mut stats = RecallStats::default();
-        let sources = ranking.order.iter().map(|&i| units[i].turn_ids.as_slice());
-        let replies = replies_for(|turn| Ok(self.by_turn.get(turn).cloned()), parsed, sources, &mut stats)?;
+        // One dialogue per prepared system: its replies are looked up by turn id alone.
+        let sources = ranking.order.iter().map(|&i| ("", units[i].turn_ids.as_slice()));
+        let replies = replies_for(|_, turn| Ok(self.by_turn.get(turn).cloned()), parsed, sources, &mut stats)?;
         let mut order = Vec::with_capacity(ranking.order.len());
         let mut stop = ranking.stop;
         for (pos, (&i, attached)) in ranking.order.iter().zip(&replies).enumerate() {
