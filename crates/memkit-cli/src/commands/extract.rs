@@ -289,10 +289,13 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
 
 /// The window ledger at `path` cleaned again by `cleaner`: each window's raw reply parsed and
 /// cleaned anew (no model), its key's cleaning part replaced by `cleaner`'s, and the ledger
-/// rewritten in place (a temp file, then a rename).
+/// rewritten in place (a temp file, then a rename). Windows of dialogues this run does not load
+/// (`--dialogue` picked others) are written back as they were.
 fn reclean(path: &Path, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result<Vec<Finished>> {
     let by_id: HashMap<&str, &Window> = windows.iter().map(|w| (w.id.as_str(), w)).collect();
-    let mut out = Vec::new();
+    let dialogue_of = |id: &str| id.rsplit_once('/').map_or("", |(d, _)| d).to_owned();
+    let dialogues: std::collections::HashSet<String> = windows.iter().map(|w| dialogue_of(&w.id)).collect();
+    let (mut out, mut lines, mut untouched) = (Vec::new(), String::new(), 0usize);
     for entry in memkit_teacher::ledger::read::<Finished>(path)? {
         let id = &entry.extraction.window_id;
         anyhow::ensure!(
@@ -300,6 +303,12 @@ fn reclean(path: &Path, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result
             "{}: window {id} was labelled by a teacher (several replies a window): run its extract again instead, its replies are cached",
             path.display()
         );
+        if !dialogues.contains(&dialogue_of(id)) {
+            lines.push_str(&serde_json::to_string(&entry)?);
+            lines.push('\n');
+            untouched += 1;
+            continue;
+        }
         let window = by_id.get(id.as_str()).with_context(|| {
             format!("{}: window {id} is not among this run's windows: give the --window/--overlap it was extracted with", path.display())
         })?;
@@ -308,15 +317,14 @@ fn reclean(path: &Path, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result
         (extraction.records, extraction.grounding) = (cleaned.records, cleaned.grounding);
         let model = entry.extractor.split(" grounding=").next().unwrap_or_default();
         let model = model.strip_suffix(" no_grounding").unwrap_or(model);
-        out.push(Finished { extractor: format!("{model} {}", cleaner.id()), batch: entry.batch, extraction, dropped: cleaned.dropped });
-    }
-    let mut lines = String::new();
-    for finished in &out {
-        lines.push_str(&serde_json::to_string(finished)?);
+        let finished =
+            Finished { extractor: format!("{model} {}", cleaner.id()), batch: entry.batch, extraction, dropped: cleaned.dropped };
+        lines.push_str(&serde_json::to_string(&finished)?);
         lines.push('\n');
+        out.push(finished);
     }
     memkit_teacher::write_atomic(path, lines.as_bytes())?;
-    tracing::info!(windows = out.len(), ledger = %path.display(), cleaner = cleaner.id(), "cleaned the kept replies again");
+    tracing::info!(windows = out.len(), untouched, ledger = %path.display(), cleaner = cleaner.id(), "cleaned the kept replies again");
     Ok(out)
 }
 
