@@ -7,6 +7,8 @@
 //!   observations, evidence-id warnings).
 //! - [`load_longmemeval`]: LongMemEval oracle or S → [`LongMemEvalItem`] (question + haystack).
 //! - [`load_memorybank`]: MemoryBank dialogues (training corpus only).
+//! - [`load_chitchat`]: the BYU chit-chat dataset (PyPI `chitchat-dataset`): two people per
+//!   dialogue, a session per conversation (training corpus only).
 //! - [`load_jsonl`] / [`read_jsonl`]: a plain JSONL format for users' own dialogues, one
 //!   dialogue per line (see the [`jsonl`] module for the keys and defaults).
 //!
@@ -68,6 +70,7 @@
 //!
 //! No optional features: the crate needs only serde_json, chrono and regex.
 
+pub mod chitchat;
 mod error;
 mod json;
 pub mod jsonl;
@@ -80,6 +83,7 @@ mod window;
 
 use std::path::PathBuf;
 
+pub use chitchat::load_chitchat;
 pub use error::{Error, Result};
 pub use jsonl::{load_jsonl, parse_iso_datetime, read_jsonl, to_jsonl_line};
 pub use locomo::{LocomoSample, Observation, load_locomo, parse_locomo_date};

@@ -27,6 +27,9 @@ pub enum Format {
     Longmemeval,
     /// One dialogue per line: {"id", "sessions": [{"id", "date", "turns": [{"speaker", "role", "text"}]}]}.
     Jsonl,
+    /// The BYU chit-chat dataset (`chitchat_dataset/dataset.json` of the PyPI package
+    /// `chitchat-dataset`): two people per dialogue, a session per conversation they had.
+    Chitchat,
 }
 
 /// Where dialogues come from.
@@ -57,6 +60,7 @@ impl DialogueArgs {
             Format::Locomo => memkit_data::load_locomo(path)?.into_iter().map(|s| s.dialogue).collect(),
             Format::Longmemeval => memkit_data::load_longmemeval(path)?.into_iter().map(|i| i.dialogue).collect(),
             Format::Jsonl => memkit_data::load_jsonl(path)?,
+            Format::Chitchat => memkit_data::load_chitchat(path)?,
         };
         if !self.haystack_sessions.is_empty() {
             anyhow::ensure!(self.format == Format::Longmemeval, "--haystack-session needs --format longmemeval");
