@@ -43,6 +43,9 @@ pub enum ModelFormat {
     Gguf,
     /// A Hugging Face / sentence-transformers directory; the path returned is the directory.
     HuggingFace,
+    /// A training corpus file, not a model (fetched and verified the same way); the path returned
+    /// is the file.
+    Dataset,
 }
 
 /// Where the bytes of one model file come from.
@@ -135,7 +138,7 @@ impl ModelSpec {
     pub fn entry_path(&self, models_dir: &Path) -> PathBuf {
         let dir = self.dir(models_dir);
         match (self.format, self.files.first()) {
-            (ModelFormat::Gguf, Some(file)) => dir.join(file.path),
+            (ModelFormat::Gguf | ModelFormat::Dataset, Some(file)) => dir.join(file.path),
             _ => dir,
         }
     }
@@ -227,8 +230,24 @@ const MINILM_FILES: &[ModelFile] = &[
     minilm_file!("README.md", 10_454, "7dfc82496ec33f906b5b0d6750c1e2397da6530c74d1ae3568c55bc2739125e7"),
 ];
 
-/// Every model in the registry.
-pub const MODELS: [ModelSpec; 4] = [QWEN2_5_CODER_1_5B, QWEN2_5_CODER_0_5B, SMOLLM2_135M, ALL_MINILM_L6_V2];
+/// Training corpus: the BYU chit-chat dataset (7,168 English conversations between people of a
+/// chat app, two named-by-UUID speakers; MIT), the `dataset.json` of PyPI `chitchat-dataset`.
+/// memkit-data's `load_chitchat` reads it; distill recipes name it with `[corpus.chitchat]`.
+/// Hash computed once from the wheel's member.
+pub const CHITCHAT_DATASET: ModelSpec = ModelSpec {
+    name: "chitchat-dataset",
+    upstream: "BYU-PCCL/chitchat-dataset",
+    format: ModelFormat::Dataset,
+    files: &[ModelFile {
+        path: "dataset.json",
+        size: 40_303_934,
+        sha256: "d2a5d0bf6acf354fef51f3af39cbece2220d3b8f6086b658c3d335105798312a",
+        source: Source::Member { package: "chitchat-dataset", version: "0.9.0", member: "chitchat_dataset/dataset.json" },
+    }],
+};
+
+/// Every model (and training corpus) in the registry.
+pub const MODELS: [ModelSpec; 5] = [QWEN2_5_CODER_1_5B, QWEN2_5_CODER_0_5B, SMOLLM2_135M, ALL_MINILM_L6_V2, CHITCHAT_DATASET];
 
 /// The models the test suite may load, all fetched by CI (`memkit models fetch tests`, which
 /// reads this list). A test gets one through [`installed_for_tests`], which refuses a model that

@@ -206,6 +206,7 @@ fn ci_fetches_every_model_the_tests_load() {
         ("QWEN2_5_CODER_0_5B", models::QWEN2_5_CODER_0_5B),
         ("SMOLLM2_135M", models::SMOLLM2_135M),
         ("ALL_MINILM_L6_V2", models::ALL_MINILM_L6_V2),
+        ("CHITCHAT_DATASET", models::CHITCHAT_DATASET),
     ];
     assert_eq!(constants.len(), models::MODELS.len(), "a registry model is missing from this test's table");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use memkit_data::{Dialogue, Split, Window, assign_split, load_longmemeval, load_memorybank, unit_hash, windows};
+use memkit_data::{Dialogue, Split, Window, assign_split, load_chitchat, load_longmemeval, load_memorybank, unit_hash, windows};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -23,6 +23,8 @@ pub enum SourceKind {
     LongmemevalS,
     /// MemoryBank.
     Memorybank,
+    /// The BYU chit-chat dataset.
+    Chitchat,
     /// A dialogue file labelled outside distillation (`memkit extract` with a teacher): never
     /// training data.
     Other,
@@ -34,6 +36,7 @@ impl SourceKind {
         match self {
             SourceKind::LongmemevalS => "longmemeval-s",
             SourceKind::Memorybank => "memorybank",
+            SourceKind::Chitchat => "chitchat",
             SourceKind::Other => "other",
         }
     }
@@ -80,6 +83,17 @@ pub fn select(spec: &CorpusSpec, data_dir: &Path) -> Result<Corpus> {
     }
     if let Some(bank) = &spec.memorybank {
         dialogues.extend(load_memorybank(&resolve(&bank.path))?.into_iter().map(|d| (SourceKind::Memorybank, d)));
+    }
+    if let Some(chitchat) = &spec.chitchat {
+        let name = memkit_infer::models::CHITCHAT_DATASET.name;
+        let path = match &chitchat.path {
+            Some(path) => resolve(path),
+            None => memkit_infer::models::locate(name).ok_or_else(|| crate::Error::Recipe {
+                path: std::path::PathBuf::new(),
+                message: format!("[corpus.chitchat] names no path and {name} is not installed: run `memkit models fetch {name}`"),
+            })?,
+        };
+        dialogues.extend(load_chitchat(&path)?.into_iter().map(|d| (SourceKind::Chitchat, d)));
     }
     let mut all = Vec::new();
     for (source, dialogue) in &dialogues {
@@ -143,11 +157,33 @@ fn longmemeval_filler(
 
 #[cfg(test)]
 mod tests {
-    use super::SourceKind;
+    use super::*;
+    use crate::recipe::ChitchatSource;
+
+    /// A chit-chat source gives windows of both people's messages (both are users), named by
+    /// the pair, counted under their own source.
+    #[test]
+    fn chitchat_windows_hold_both_speakers() {
+        let message = |text: &str, minute: u32, sender: &str| serde_json::json!({"text": text, "timestamp": format!("2018-05-02T19:{minute:02}:00Z"), "sender": sender});
+        let turns: Vec<serde_json::Value> = (0..8)
+            .map(|i| serde_json::json!([message(&format!("I moved to town number {i} last year."), i, ["aaaa", "bbbb"][i as usize % 2])]))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dataset.json");
+        std::fs::write(&path, serde_json::json!({"c1": {"messages": turns}}).to_string()).unwrap();
+        let spec: CorpusSpec = toml::from_str("windows = 10\nwindow = { size = 5, overlap = 1, user_only = true }").unwrap();
+        let spec = CorpusSpec { chitchat: Some(ChitchatSource { path: Some(path) }), ..spec };
+        let corpus = select(&spec, dir.path()).unwrap();
+        assert_eq!(corpus.available.get(&SourceKind::Chitchat), Some(&2), "8 messages, windows of 5 with 1 of context");
+        let window = &corpus.windows.iter().find(|w| w.window.id.ends_with("/w0")).unwrap().window;
+        assert!(window.id.starts_with("chitchat/aaaa-bbbb/"), "{}", window.id);
+        let speakers: std::collections::HashSet<&str> = window.messages.iter().map(|m| m.speaker.as_str()).collect();
+        assert_eq!(speakers.len(), 2, "{speakers:?}");
+    }
 
     #[test]
     fn source_names_are_the_serde_names() {
-        for kind in [SourceKind::LongmemevalS, SourceKind::Memorybank] {
+        for kind in [SourceKind::LongmemevalS, SourceKind::Memorybank, SourceKind::Chitchat] {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
         }
     }

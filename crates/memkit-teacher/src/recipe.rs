@@ -76,6 +76,9 @@ pub struct CorpusSpec {
     /// MemoryBank dialogues.
     #[serde(default)]
     pub memorybank: Option<MemoryBankSource>,
+    /// The BYU chit-chat dataset: two people per dialogue (`[corpus.chitchat]`).
+    #[serde(default)]
+    pub chitchat: Option<ChitchatSource>,
 }
 
 /// LongMemEval-S filler sessions: sessions that are no question's evidence and appear in no
@@ -107,6 +110,17 @@ impl LongMemEvalSource {
 pub struct MemoryBankSource {
     /// The MemoryBank file (`memory_bank_en.json`), relative to the data dir or absolute.
     pub path: PathBuf,
+}
+
+/// The BYU chit-chat dataset (memkit-data's `load_chitchat`): conversations between two people,
+/// a dialogue per pair. Both speakers are users, so `user_only` windows keep both.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChitchatSource {
+    /// Its `dataset.json`, relative to the data dir or absolute; default: the installed one
+    /// (`memkit models fetch chitchat-dataset`).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
 }
 
 /// The teacher backend.
@@ -371,8 +385,8 @@ impl DistillRecipe {
         if self.name.is_empty() || self.name.contains(['/', '\\']) {
             return bad(format!("name {:?} must be a non-empty folder name", self.name));
         }
-        if self.corpus.longmemeval_s.is_none() && self.corpus.memorybank.is_none() {
-            return bad("corpus: name at least one source ([corpus.longmemeval_s] or [corpus.memorybank])".into());
+        if self.corpus.longmemeval_s.is_none() && self.corpus.memorybank.is_none() && self.corpus.chitchat.is_none() {
+            return bad("corpus: name at least one source ([corpus.longmemeval_s], [corpus.memorybank] or [corpus.chitchat])".into());
         }
         if let Some(lme) = &self.corpus.longmemeval_s
             && !(0.0..1.0).contains(&lme.eval_share)
