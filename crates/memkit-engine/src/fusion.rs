@@ -268,16 +268,18 @@ impl Default for TriPathConfig {
 
 impl TriPathConfig {
     /// memkit's retrieval, what `memkit query` runs: BM25 + dense (all-MiniLM-L6-v2) when the
-    /// embedder is there, else BM25 + dimension match; weighted fusion of min-max-normalised
-    /// scores (weights 1), 400 hits from each route, 400 kept; no adaptive stop.
+    /// embedder is there, else BM25 alone; weighted fusion of min-max-normalised scores (weights
+    /// 1), 400 hits from each route, 400 kept; no adaptive stop.
     ///
-    /// Chosen on LoCoMo by route ablation (`reports/locomo-routes/`, all 10 conversations, not
-    /// held out; the eval's `locomo-keys` recipe reports it on a split by conversation): BM25 +
-    /// dense reached 0.811 evidence recall at 1,000 tokens over rule sentences, the tri-path
-    /// 0.796, DimMem's dedup-concat 15/45 0.794, BM25 + dimension 0.742, BM25 alone 0.728.
-    /// The adaptive stop returned lists that reached 0.495 at any budget.
+    /// Chosen on held-out questions (`reports/longmemeval-oracle-heldout-routes/`: the 281
+    /// non-abstention LongMemEval oracle questions outside the reported S subset, rule
+    /// sentences), evidence recall at 250 / 500 / 1,000 tokens: BM25 + dense weighted 0.820 /
+    /// 0.864 / 0.883, RRF 0.817 / 0.862 / 0.884, the tri-path weighted 0.811 / 0.867 / 0.883,
+    /// DimMem's dedup-concat 15/45 0.803 / 0.856 / 0.878, dense alone 0.805 / 0.861 / 0.882; without
+    /// the embedder BM25 alone 0.803 / 0.857 / 0.881 against BM25 + dimension 0.800 / 0.854 /
+    /// 0.880. The adaptive stop returned lists that reached 0.617 at any budget.
     pub fn recommended(dense: bool) -> Self {
-        let routes = if dense { vec![Route::Bm25, Route::Dense] } else { vec![Route::Bm25, Route::Dimension] };
+        let routes = if dense { vec![Route::Bm25, Route::Dense] } else { vec![Route::Bm25] };
         let fusion = Fusion::Weighted { weights: RouteWeights::default(), per_route_k: 400, cap: 400 };
         TriPathConfig { routes, fusion, ..TriPathConfig::default() }
     }

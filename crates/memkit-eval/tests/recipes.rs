@@ -139,4 +139,12 @@ fn the_keys_reports_measure_the_retrieval_memkit_query_runs() {
         }
         assert!(engines >= 6, "{file}: {engines} engine rows");
     }
+    // The held-out choice: its rows for memkit's retrieval, with and without the embedder.
+    let heldout = EvalRecipe::from_file(&dir.join("longmemeval-oracle-heldout-routes.toml")).unwrap();
+    let retrieval_of = |name: &str| match heldout.systems.iter().find(|s| s.name() == name) {
+        Some(SystemSpec::Engine { retrieval, .. }) => retrieval.clone(),
+        other => panic!("no engine row {name:?}: {other:?}"),
+    };
+    assert_eq!(retrieval_of("sentences: BM25 + dense, weighted (memkit's retrieval)"), TriPathConfig::recommended(true));
+    assert_eq!(retrieval_of("sentences: BM25"), TriPathConfig::recommended(false));
 }

@@ -16,8 +16,9 @@ use memkit_eval::recipe::ModelSpec;
 
 /// Ask a memory database a question: the rule parser (or, with --parser-model, DimMem's
 /// language-model parser) turns it into retrieval fields; BM25 and dense (all-MiniLM-L6-v2, when
-/// installed; dimension match without it) retrieve, and a weighted fusion ranks the records
-/// (memkit's retrieval, `TriPathConfig::recommended`, measured in reports/locomo-keys/).
+/// installed; BM25 alone without it) retrieve, and a weighted fusion ranks the records (memkit's
+/// retrieval, `TriPathConfig::recommended`: chosen in reports/longmemeval-oracle-heldout-routes/,
+/// measured in reports/locomo-keys/).
 /// Assistant replies are attached when the question asks what the assistant said. With --source,
 /// each record's source turns are printed under it, each turn once: records are the keys, the
 /// turns hold the details. The dense route's record vectors are cached in the database, so only
@@ -37,8 +38,8 @@ pub struct Args {
     /// Most records to print.
     #[arg(long, short, default_value_t = 10)]
     k: usize,
-    /// Cut the list with HingeMem's adaptive stop (it returned lists that reach less evidence on
-    /// LoCoMo: reports/locomo-routes/).
+    /// Cut the list with HingeMem's adaptive stop (its lists reach less evidence on held-out
+    /// questions: reports/longmemeval-oracle-heldout-routes/).
     #[arg(long)]
     adaptive_stop: bool,
     /// Print each record's source turns under it (each turn once; a record whose turns were all
