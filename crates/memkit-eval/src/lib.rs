@@ -27,6 +27,7 @@
 //! ```
 
 pub mod agreement;
+pub mod bootstrap;
 mod error;
 pub mod gold;
 pub mod locomo_f1;
@@ -43,6 +44,6 @@ pub mod tokens;
 pub use error::{Error, Result};
 /// NLTK's Porter stemmer (memkit-text), as the official LoCoMo F1 uses it.
 pub use memkit_text::porter;
-pub use metrics::{CategoryMetrics, SystemMetrics};
+pub use metrics::{CategoryMetrics, Difference, SystemMetrics};
 pub use report::{MetricsFile, Report};
 pub use tokens::TokenCounter;

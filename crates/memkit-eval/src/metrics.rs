@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// Serialises a string-keyed map with numeric keys in numeric order, other keys after them.
-fn numeric_order<S: Serializer>(map: &BTreeMap<String, f64>, s: S) -> Result<S::Ok, S::Error> {
+fn numeric_order<S: Serializer, V: Serialize>(map: &BTreeMap<String, V>, s: S) -> Result<S::Ok, S::Error> {
     s.collect_map(sorted_entries(map))
 }
 
@@ -81,10 +81,25 @@ pub struct SystemMetrics {
     /// LongMemEval nDCG@k keyed by k.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "numeric_order_opt")]
     pub ndcg_at: Option<BTreeMap<String, f64>>,
+    /// The evidence-recall difference to the recipe's `baseline` system on the same questions,
+    /// per budget, with its paired bootstrap interval (absent for the baseline itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difference: Option<Difference>,
     /// Any other figure (latency, F1, judge accuracy, embeddings saved, …), flattened into the
     /// system's JSON object.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A system's evidence recall minus the baseline's, question by question.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Difference {
+    /// The baseline system's name.
+    pub baseline: String,
+    /// Per budget (keyed like `evidence_recall_at`): the mean difference and its 95% paired
+    /// bootstrap interval ([`crate::bootstrap`]).
+    #[serde(serialize_with = "numeric_order")]
+    pub at: BTreeMap<String, crate::bootstrap::Interval>,
 }
 
 impl SystemMetrics {

@@ -39,6 +39,10 @@ pub struct EvalRecipe {
     pub ks: Vec<usize>,
     /// The systems to compare, in report order.
     pub systems: Vec<SystemSpec>,
+    /// A system to compare every other one with, question by question: the report gives each
+    /// system's evidence-recall difference to it per budget, with a 95% paired bootstrap interval.
+    #[serde(default)]
+    pub baseline: Option<String>,
     /// Extraction agreement between record files written by `memkit extract` with a model
     /// (`[[agreements]]`), computed from their window ledgers.
     #[serde(default)]
@@ -668,6 +672,11 @@ impl EvalRecipe {
                 return Err("[boundary_model]: max_tokens and chunk must be positive, messages at least 2".into());
             }
             _ => {}
+        }
+        if let Some(b) = &self.baseline
+            && !self.systems.iter().any(|s| s.name() == b.as_str())
+        {
+            return Err(format!("baseline names {b:?}, which is not a system of this recipe"));
         }
         let mut seen = std::collections::HashSet::new();
         for s in &self.systems {

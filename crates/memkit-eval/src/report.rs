@@ -207,6 +207,26 @@ impl Report {
             md.push_str(&format!("![recall vs budget]({RECALL_SVG})\n\n"));
         }
 
+        if let Some(baseline) = self.systems.iter().find_map(|s| s.difference.as_ref().map(|d| d.baseline.clone())) {
+            let _ = writeln!(md, "## Difference to {}\n", cell(&baseline));
+            md.push_str(
+                "Evidence recall minus the baseline's, question by question; in brackets the 95% paired bootstrap interval \
+                 (2,000 resamples of the questions, percentile method). An interval that excludes 0 is a difference these \
+                 questions resolve.\n\n",
+            );
+            md.push_str(&table(
+                "system",
+                &budgets,
+                None,
+                self.systems.iter().filter_map(|s| {
+                    let d = s.difference.as_ref()?;
+                    let cells =
+                        budgets.iter().map(|b| d.at.get(b).map(|i| format!("{:+.4} [{:+.4}, {:+.4}]", i.diff, i.low, i.high))).collect();
+                    Some((s.name.clone(), cells, None))
+                }),
+            ));
+        }
+
         md.push_str("## Context tokens per query\n\n");
         md.push_str("| system | mean tokens | questions |\n|---|---:|---:|\n");
         for s in &self.systems {
@@ -486,5 +506,29 @@ mod tests {
         assert!(md.contains("memkit eval --recipe x.toml"));
         assert!(md.contains("- tokens: o200k_base"));
         assert_eq!(md, report.to_markdown());
+        assert!(!md.contains("## Difference to"), "no baseline, no section");
+    }
+
+    #[test]
+    fn differences_to_the_baseline_get_their_own_table_and_round_trip() {
+        let mut other = system();
+        other.name = "engine".into();
+        let at = BTreeMap::from([("250".to_owned(), crate::bootstrap::Interval { diff: 0.1, low: 0.05, high: 0.15 })]);
+        other.difference = Some(crate::Difference { baseline: "bm25".into(), at });
+        let back: SystemMetrics = serde_json::from_value(serde_json::to_value(&other).unwrap()).unwrap();
+        assert_eq!(back, other);
+        let report = Report {
+            name: "t".into(),
+            dataset: "d".into(),
+            command: "c".into(),
+            systems: vec![system(), other],
+            agreements: vec![],
+            qa: None,
+            notes: vec![],
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("## Difference to bm25"), "{md}");
+        assert!(md.contains("| engine | +0.1000 [+0.0500, +0.1500] | – | – | – |"), "{md}");
+        assert!(!md.contains("| bm25 | +"), "the baseline has no row: {md}");
     }
 }

@@ -126,6 +126,8 @@ pub struct EvidenceRecall {
     list_tokens_sum: usize,
     questions: usize,
     without_gold: usize,
+    /// Each question's recall per budget, in the order added (for paired intervals).
+    per_question: Vec<Vec<f64>>,
 }
 
 impl EvidenceRecall {
@@ -139,6 +141,7 @@ impl EvidenceRecall {
             list_tokens_sum: 0,
             questions: 0,
             without_gold: 0,
+            per_question: Vec::new(),
         }
     }
 
@@ -153,10 +156,17 @@ impl EvidenceRecall {
             self.recall_sums[i] += r.recall;
             self.tokens_sums[i] += r.tokens_used;
         }
+        self.per_question.push(at.iter().map(|r| r.recall).collect());
         self.list_recall_sum += list.recall;
         self.list_tokens_sum += list.tokens;
         self.questions += 1;
         true
+    }
+
+    /// Each question's recall at the budget at `index` (of the budgets given to [`Self::new`]),
+    /// in the order the questions were added.
+    pub fn per_question(&self, index: usize) -> Vec<f64> {
+        self.per_question.iter().map(|r| r[index]).collect()
     }
 
     /// Questions that entered the means.

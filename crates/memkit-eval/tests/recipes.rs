@@ -148,3 +148,20 @@ fn the_keys_reports_measure_the_retrieval_memkit_query_runs() {
     assert_eq!(retrieval_of("sentences: BM25 + dense, weighted (memkit's retrieval)"), TriPathConfig::recommended(true));
     assert_eq!(retrieval_of("sentences: BM25"), TriPathConfig::recommended(false));
 }
+
+/// `baseline` must name a system of the recipe.
+#[test]
+fn the_baseline_is_a_system_of_the_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |baseline: &str| {
+        let path = dir.path().join("r.toml");
+        let text = format!(
+            "name = \"r\"\n{baseline}\n[dataset]\nkind = \"locomo\"\npath = \"x.json\"\n[[systems]]\nkind = \"bm25_turns\"\nname = \"t\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        EvalRecipe::from_file(&path).map(|r| r.baseline).map_err(|e| e.to_string())
+    };
+    assert_eq!(check(""), Ok(None));
+    assert_eq!(check("baseline = \"t\""), Ok(Some("t".into())));
+    assert!(check("baseline = \"u\"").unwrap_err().contains("baseline names \"u\""));
+}

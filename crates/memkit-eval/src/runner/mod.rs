@@ -48,7 +48,7 @@ use memkit_schema::ParsedQuery;
 use crate::qa::QaItem;
 use crate::recipe::{DatasetSpec, EvalRecipe, QueryModelSpec, QueryParserKind, SystemSpec, UpdateKind};
 use crate::retrieval::is_abstention;
-use crate::{Error, Report, Result, SystemMetrics, TokenCounter};
+use crate::{Difference, Error, Report, Result, SystemMetrics, TokenCounter, bootstrap};
 
 use answers::{answer_questions, answers_qa, qa_item, qa_sample};
 use ledger::{agreement_of, extraction_figures};
@@ -285,6 +285,8 @@ fn run_cases(
     let total: usize = cases.iter().map(|c| c.questions.len()).sum();
     let dialogues: Vec<&str> = cases.iter().map(|c| c.dialogue.id.as_str()).collect();
     let mut out = Vec::new();
+    // Each system's per-question recall at each budget, for the differences to the baseline.
+    let mut per_question: Vec<Vec<Vec<f64>>> = Vec::new();
     for system in &recipe.systems {
         let full_context = matches!(system, SystemSpec::FullContext { .. });
         let with_qa = answers_qa(recipe.qa.as_ref(), system);
@@ -326,6 +328,7 @@ fn run_cases(
             }
         }
         reporter.finish();
+        per_question.push((0..recipe.budgets.len()).map(|i| tally.main.per_question(i)).collect());
         let mut metrics = tally.finish(system.name(), full_context, counter);
         if let (QueryParserKind::Llm, Some((_, stats))) = (parser, &llm_parses) {
             metrics.extra.insert("query_parser_fallbacks".into(), stats.fallbacks.into());
@@ -333,6 +336,9 @@ fn run_cases(
         }
         extraction_figures(system, &dialogues, &mut metrics)?;
         out.push(metrics);
+    }
+    if let Some(baseline) = &recipe.baseline {
+        differences(&mut out, &per_question, &recipe.budgets, baseline);
     }
     if let Some(c) = &llm_update {
         let s = c.stats();
@@ -363,6 +369,26 @@ fn run_cases(
         notes.push("Systems with update consolidate each dialogue's records before indexing them (DimMem's dimension-aware update, in record order: same type and dialogue, keyword Jaccard ≥ 0.3, MiniLM cosine ≥ 0.7, then the consolidator); pointer accuracy is measured on the records before the update.".into());
     }
     Ok(out)
+}
+
+/// Every system's evidence-recall difference to `baseline`, per budget, with its paired bootstrap
+/// interval over the questions both answered (the same questions, in the same order).
+fn differences(systems: &mut [SystemMetrics], per_question: &[Vec<Vec<f64>>], budgets: &[usize], baseline: &str) {
+    let Some(b) = systems.iter().position(|s| s.name == baseline) else { return };
+    for (i, system) in systems.iter_mut().enumerate() {
+        if i == b {
+            continue;
+        }
+        let at = budgets
+            .iter()
+            .enumerate()
+            .filter_map(|(k, budget)| {
+                let interval = bootstrap::paired(&per_question[i][k], &per_question[b][k], bootstrap::RESAMPLES, bootstrap::SEED)?;
+                Some((budget.to_string(), interval))
+            })
+            .collect();
+        system.difference = Some(Difference { baseline: baseline.to_owned(), at });
+    }
 }
 
 /// Parses `asked` with `model` through `query.j2`, `spec.chunk` questions per call.
