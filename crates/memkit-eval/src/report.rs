@@ -70,6 +70,9 @@ pub struct QaMetrics {
     pub budgets: Vec<usize>,
     /// Per system and budget, in report order.
     pub systems: Vec<QaSystemMetrics>,
+    /// The recipe's baseline system the differences are taken to, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 /// One system's QA figures.
@@ -89,6 +92,14 @@ pub struct QaSystemMetrics {
     pub judge_unparsed: usize,
     /// Mean context tokens the answer model read.
     pub mean_context_tokens: f64,
+    /// F1 minus the recipe baseline's on the same questions and budget, with its 95% paired
+    /// bootstrap interval (absent for the baseline and without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub f1_difference: Option<crate::bootstrap::Interval>,
+    /// Judge correctness (1 or 0) minus the baseline's, on the questions both verdicts parsed for,
+    /// with its interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_difference: Option<crate::bootstrap::Interval>,
 }
 
 /// QA of a report: the figures and every answer (written to `qa.jsonl`).
@@ -347,6 +358,7 @@ impl Report {
             md.push_str(
                 "| system | budget | questions | F1 | judge accuracy | unparsed verdicts | context tokens |\n|---|---:|---:|---:|---:|---:|---:|\n",
             );
+            let differences = m.systems.iter().any(|s| s.f1_difference.is_some() || s.judge_difference.is_some());
             for s in &m.systems {
                 let accuracy = s.judge_accuracy.map_or_else(|| "–".to_owned(), |a| format!("{a:.3}"));
                 let _ = writeln!(
@@ -361,6 +373,21 @@ impl Report {
                 );
             }
             md.push('\n');
+            if differences {
+                let _ = writeln!(
+                    md,
+                    "Against {} on the same questions and budget (95% paired bootstrap intervals):\n",
+                    qa.metrics.baseline.as_deref().map_or_else(|| "the baseline".to_owned(), cell)
+                );
+                md.push_str("| system | budget | F1 difference | judge difference |\n|---|---:|---:|---:|\n");
+                let show = |i: Option<crate::bootstrap::Interval>| {
+                    i.map_or_else(|| "–".to_owned(), |i| format!("{:+.3} [{:+.3}, {:+.3}]", i.diff, i.low, i.high))
+                };
+                for s in m.systems.iter().filter(|s| s.f1_difference.is_some() || s.judge_difference.is_some()) {
+                    let _ = writeln!(md, "| {} | {} | {} | {} |", cell(&s.name), s.budget, show(s.f1_difference), show(s.judge_difference));
+                }
+                md.push('\n');
+            }
         }
 
         if !self.notes.is_empty() {

@@ -71,6 +71,7 @@ pub(super) fn answer_questions(
     models: &QaModels,
     items: &[QaItem],
     systems: &[SystemMetrics],
+    baseline: Option<&str>,
     reporter: &dyn Reporter,
 ) -> Result<QaSection> {
     reporter.start("QA", items.len() as u64);
@@ -92,9 +93,17 @@ pub(super) fn answer_questions(
                 judge_accuracy: q.judge_accuracy,
                 judge_unparsed: q.judge_unparsed,
                 mean_context_tokens: q.context_tokens,
+                f1_difference: None,
+                judge_difference: None,
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let mut per_system = per_system;
+    if let Some(baseline) = baseline {
+        for s in per_system.iter_mut().filter(|s| s.name != baseline) {
+            (s.f1_difference, s.judge_difference) = qa_differences(&results, &s.name, baseline, s.budget);
+        }
+    }
     let questions = items.iter().map(|i| i.question_id.as_str()).collect::<HashSet<_>>().len();
     Ok(QaSection {
         metrics: QaMetrics {
@@ -104,9 +113,31 @@ pub(super) fn answer_questions(
             seed: spec.seed,
             budgets,
             systems: per_system,
+            baseline: baseline.map(str::to_owned),
         },
         results,
     })
+}
+
+/// `system`'s F1 and judge correctness minus `baseline`'s at `budget`, question by question
+/// (the judge on the questions both verdicts parsed for), with paired bootstrap intervals.
+fn qa_differences(
+    results: &[crate::qa::QaResult],
+    system: &str,
+    baseline: &str,
+    budget: usize,
+) -> (Option<crate::bootstrap::Interval>, Option<crate::bootstrap::Interval>) {
+    use crate::bootstrap::{RESAMPLES, SEED, paired};
+    let of = |name: &str| -> std::collections::HashMap<&str, &crate::qa::QaResult> {
+        results.iter().filter(|r| r.system == name && r.budget == budget).map(|r| (r.question_id.as_str(), r)).collect()
+    };
+    let (mine, theirs) = (of(system), of(baseline));
+    let mut ids: Vec<&str> = mine.keys().filter(|id| theirs.contains_key(*id)).copied().collect();
+    ids.sort_unstable();
+    let f1: (Vec<f64>, Vec<f64>) = ids.iter().map(|id| (mine[id].f1, theirs[id].f1)).unzip();
+    let judged: (Vec<f64>, Vec<f64>) =
+        ids.iter().filter_map(|id| Some((f64::from(u8::from(mine[id].correct?)), f64::from(u8::from(theirs[id].correct?))))).unzip();
+    (paired(&f1.0, &f1.1, RESAMPLES, SEED), paired(&judged.0, &judged.1, RESAMPLES, SEED))
 }
 
 #[cfg(test)]
@@ -131,5 +162,37 @@ mod tests {
         let adaptive = Ranking::new(vec![2, 3, 1, 0], Some(2));
         assert_eq!(read(&adaptive, 1000), (vec!["unit 2".to_owned(), "unit 3".to_owned()], 350));
         assert_eq!(read(&adaptive, 320), (vec!["unit 2".to_owned()], 300));
+    }
+
+    /// Differences pair answers by question and budget; the judge's only where both verdicts
+    /// parsed. q1: F1 1 vs 0, judged right vs wrong; q2: F1 0.5 vs 0.5, the system's verdict did
+    /// not parse; q3 answered by the system only. F1: mean of (1, 0) = 0.5; judge: q1 alone, +1.
+    #[test]
+    fn qa_differences_pair_the_same_questions() {
+        let result = |system: &str, q: &str, f1: f64, correct: Option<bool>| crate::qa::QaResult {
+            system: system.into(),
+            budget: 1000,
+            question_id: q.into(),
+            question: String::new(),
+            kind: String::new(),
+            gold: String::new(),
+            answer: String::new(),
+            context_tokens: 0,
+            f1,
+            correct,
+            judge_reason: String::new(),
+        };
+        let results = [
+            result("a", "q1", 1.0, Some(true)),
+            result("b", "q1", 0.0, Some(false)),
+            result("a", "q2", 0.5, None),
+            result("b", "q2", 0.5, Some(true)),
+            result("a", "q3", 1.0, Some(true)),
+        ];
+        let (f1, judge) = qa_differences(&results, "a", "b", 1000);
+        assert_eq!(f1.unwrap().diff, 0.5);
+        let judge = judge.unwrap();
+        assert_eq!((judge.diff, judge.low, judge.high), (1.0, 1.0, 1.0));
+        assert_eq!(qa_differences(&results, "a", "b", 500), (None, None), "no answers at that budget");
     }
 }

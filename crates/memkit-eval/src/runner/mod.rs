@@ -184,7 +184,7 @@ pub fn run(recipe: &EvalRecipe, options: &RunOptions, reporter: &dyn Reporter) -
     }
     let agreements = recipe.agreements.iter().map(agreement_of).collect::<Result<Vec<_>>>()?;
     let qa = match (&recipe.qa, &options.qa_models) {
-        (Some(spec), Some(models)) => Some(answer_questions(spec, models, &qa_items, &systems, reporter)?),
+        (Some(spec), Some(models)) => Some(answer_questions(spec, models, &qa_items, &systems, recipe.baseline.as_deref(), reporter)?),
         _ => None,
     };
     Ok(Report { name: recipe.name.clone(), dataset, command: options.command.clone(), systems, agreements, qa, notes })
