@@ -52,6 +52,12 @@ pub struct Example {
     /// System, user and assistant messages: exactly what the recipe's prompt (`output.prompt`)
     /// renders, and the teacher's validated records as compact JSON.
     pub messages: Vec<ChatMessage>,
+    /// The window the prompt renders, as cleaning reads it (the assistant replies that follow its
+    /// messages are left out: cleaning does not read them and the prompt carries them), so a
+    /// model's reply can be cleaned as the teacher's was (`memkit compare`, training's scoring);
+    /// absent in datasets written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
 }
 
 /// The examples of each split and the ledger entries they came from.
@@ -150,7 +156,9 @@ pub fn build(recipe: &DistillRecipe, corpus: &Corpus) -> Result<Dataset> {
             let example = |window: &Window, memories: Vec<ExtractedMemory>| -> Result<Example> {
                 let mut chat = prompts.render_window(recipe.output.prompt, window, &options)?.to_messages();
                 chat.push(ChatMessage::assistant(serde_json::to_string(&ExtractorOutput { memories }).expect("plain data")));
-                Ok(Example { window_id: window.id.clone(), source: w.source, messages: chat })
+                let mut cleaned_reads = window.clone();
+                cleaned_reads.messages.iter_mut().for_each(|m| m.assistant_reply = None);
+                Ok(Example { window_id: window.id.clone(), source: w.source, messages: chat, window: Some(cleaned_reads) })
             };
             let mut one_by_one = Vec::new();
             for m in w.window.suffix().iter().filter(|m| !lost.contains(&m.number)) {

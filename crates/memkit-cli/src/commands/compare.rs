@@ -4,9 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use memkit_clean::Cleaned;
+use memkit_clean::{Cleaned, Cleaner, GroundingConfig};
+use memkit_data::Window;
 use memkit_eval::agreement::{Agreement, WindowPair, agreement};
+use memkit_infer::Extraction;
 use memkit_infer::extract::LocalExtractor;
+use memkit_infer::reply::Usage;
 use memkit_prompt::{ChatMessage, ChatRole};
 use memkit_schema::parse_extractor_output;
 use serde::Deserialize;
@@ -72,11 +75,25 @@ pub struct Args {
     save_replies: Option<PathBuf>,
 }
 
-/// One row of a distilled dataset: the window's prompt and the teacher's reply.
+/// One row of a distilled dataset: the window's prompt and the teacher's reply, and the window
+/// itself (datasets written since the window is stored with them).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row {
     pub window_id: String,
     messages: Vec<ChatMessage>,
+    #[serde(default)]
+    window: Option<Window>,
+}
+
+/// What cleaning did to the model's replies before matching.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Cleaning {
+    /// Records dropped (every reason of the cleaning policy; near repeats alone for rows without
+    /// their window).
+    pub dropped: usize,
+    /// Rows of a dataset written before windows were stored: their replies lose near repeats
+    /// only, not the rest of the labels' cleaning.
+    pub rows_without_window: usize,
 }
 
 /// The rows of a distilled `valid.jsonl` / `train.jsonl`, at most `limit` (the first ones).
@@ -100,24 +117,24 @@ pub fn read_rows(data: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Row>> 
 }
 
 /// The extractor's records on the rows' prompts against the teacher's, `batch` windows at a time,
-/// with the extractor's replies in row order and the number of its records dropped as near
-/// duplicates of an earlier one in the same reply. Extraction and distillation drop those
-/// (`memkit_clean::duplicate::repeated`), so they are dropped here too: a small model that loops is
-/// scored on its distinct records.
+/// with the extractor's replies in row order and what cleaning dropped. The replies are cleaned
+/// as the teacher's labels were (`cleaner`: grounding, validation, one record per fact), so both
+/// sides are compared as memory would keep them.
 pub fn agreement_on(
     extractor: &LocalExtractor,
     rows: &[Row],
     batch: usize,
+    cleaner: &Cleaner,
     bar: &indicatif::ProgressBar,
-) -> anyhow::Result<(Agreement, Vec<String>, usize)> {
+) -> anyhow::Result<(Agreement, Vec<String>, Cleaning)> {
     let mut outputs = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(batch.max(1)) {
         let chats: Vec<Vec<ChatMessage>> = chunk.iter().map(|r| r.messages[..2].to_vec()).collect();
         outputs.extend(extractor.complete(&chats)?.into_iter().map(|reply| reply.text));
         bar.inc(chunk.len() as u64);
     }
-    let (agreement, duplicates) = score_replies(rows, &outputs);
-    Ok((agreement, outputs, duplicates))
+    let (agreement, cleaning) = score_replies(rows, &outputs, cleaner)?;
+    Ok((agreement, outputs, cleaning))
 }
 
 /// Writes `replies` (one per row, in row order) as a `replies.jsonl` that --replies reads.
@@ -170,25 +187,40 @@ fn replies_for(rows: &[Row], replies: Vec<(usize, Reply)>, path: &Path) -> anyho
         .collect()
 }
 
-/// The agreement of replies (one per row, in row order) with the rows' teacher replies, and the
-/// records dropped as near duplicates ([`agreement_on`]).
-fn score_replies(rows: &[Row], outputs: &[String]) -> (Agreement, usize) {
+/// The agreement of replies (one per row, in row order) with the rows' teacher replies, each
+/// reply cleaned as the labels were when its row carries the window (near repeats dropped only
+/// otherwise), and what cleaning dropped ([`agreement_on`]). A reply that did not parse whole
+/// scores as invalid.
+fn score_replies(rows: &[Row], outputs: &[String], cleaner: &Cleaner) -> anyhow::Result<(Agreement, Cleaning)> {
     let teacher: Vec<_> = rows.iter().map(|r| parse_extractor_output(&r.messages[2].content).records).collect();
-    let mut duplicates = 0;
-    let student: Vec<_> = outputs
-        .iter()
-        .map(|raw| {
-            let parsed = parse_extractor_output(raw);
-            let whole_failure = parsed.errors.iter().any(|e| e.index.is_none());
-            let mut kept = Cleaned { records: parsed.records, ..Cleaned::default() };
-            kept.drop_duplicates();
-            duplicates += kept.dropped.len();
-            (!whole_failure).then_some(kept.records)
-        })
-        .collect();
+    let mut cleaning = Cleaning::default();
+    let mut student = Vec::with_capacity(outputs.len());
+    for (row, raw) in rows.iter().zip(outputs) {
+        let parsed = parse_extractor_output(raw);
+        if parsed.errors.iter().any(|e| e.index.is_none()) {
+            student.push(None);
+            continue;
+        }
+        let kept = match &row.window {
+            Some(window) => {
+                let extraction = Extraction::from_output(window, raw.clone(), Usage::default());
+                cleaner
+                    .clean(window, &extraction.records, &extraction.errors)
+                    .with_context(|| format!("cleaning window {}", row.window_id))?
+            }
+            None => {
+                cleaning.rows_without_window += 1;
+                let mut kept = Cleaned { records: parsed.records, ..Cleaned::default() };
+                kept.drop_duplicates();
+                kept
+            }
+        };
+        cleaning.dropped += kept.dropped.len();
+        student.push(Some(kept.records));
+    }
     let pairs: Vec<WindowPair<'_>> =
         teacher.iter().zip(&student).map(|(t, s)| WindowPair { reference: t, candidate: s.as_deref() }).collect();
-    (agreement(&pairs), duplicates)
+    Ok((agreement(&pairs), cleaning))
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -196,28 +228,30 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         return gold(&args);
     }
     let Some(data) = &args.data else { anyhow::bail!("--model or --replies, with --data; or --gold") };
-    let (model, result, duplicates) = if let Some(path) = &args.replies {
+    let cleaner = memkit_infer::embed::installed_cleaner(GroundingConfig::default())?;
+    let (model, result, cleaning) = if let Some(path) = &args.replies {
         let replies = read_replies(path)?;
         let rows = read_rows(data, Some(args.limit.unwrap_or(usize::MAX).min(replies.len())))?;
         let outputs = replies_for(&rows, replies, path)?;
-        let (result, duplicates) = score_replies(&rows, &outputs);
-        (path.display().to_string(), result, duplicates)
+        let (result, cleaning) = score_replies(&rows, &outputs, &cleaner)?;
+        (path.display().to_string(), result, cleaning)
     } else {
         let model = args.model.as_ref().context("--model or --replies")?;
         let rows = read_rows(data, args.limit)?;
         let gguf = super::model_gguf(model)?;
         let extractor = args.generation.local_extractor(&gguf)?;
         let bar = bars.bar(rows.len() as u64, "compare");
-        let (result, replies, duplicates) = agreement_on(&extractor, &rows, args.generation.batch, &bar)?;
+        let (result, replies, cleaning) = agreement_on(&extractor, &rows, args.generation.batch, &cleaner, &bar)?;
         bar.finish_and_clear();
         if let Some(path) = &args.save_replies {
             write_replies(&rows, &replies, path)?;
         }
-        (model.clone(), result, duplicates)
+        (model.clone(), result, cleaning)
     };
-    print(&result, &model, data, duplicates);
+    print(&result, &model, data, cleaning, &cleaner.id());
     if let Some(out) = &args.out {
-        let json = serde_json::json!({"model": model, "data": data, "agreement": result, "duplicates_dropped": duplicates});
+        let json = serde_json::json!({"model": model, "data": data, "agreement": result, "cleaning": cleaner.id(),
+            "dropped_by_cleaning": cleaning.dropped, "rows_without_window": cleaning.rows_without_window});
         std::fs::write(out, serde_json::to_string_pretty(&json)?).with_context(|| format!("cannot write {}", out.display()))?;
     }
     Ok(())
@@ -329,9 +363,15 @@ Made by `{command}`{}.
 
 /// The agreement of a `--model` / `--data` run, on stdout.
 #[allow(clippy::print_stdout)]
-fn print(a: &Agreement, model: &str, data: &Path, duplicates: usize) {
+fn print(a: &Agreement, model: &str, data: &Path, cleaning: Cleaning, cleaner: &str) {
     println!("{model} vs the teacher on {} windows of {}", a.windows, data.display());
-    println!("near-duplicate records dropped before matching (as extraction does): {duplicates}");
+    println!("the model's records dropped by cleaning before matching, as the labels were ({cleaner}): {}", cleaning.dropped);
+    if cleaning.rows_without_window > 0 {
+        println!(
+            "  {} rows carry no window (a dataset written before windows were stored: `memkit distill --write-only` adds them): near repeats dropped only",
+            cleaning.rows_without_window
+        );
+    }
     println!("JSON validity      {:.1}%", 100.0 * a.json_validity);
     println!("records            teacher {} / model {} / matched {}", a.reference_records, a.candidate_records, a.matched);
     println!(
@@ -357,6 +397,7 @@ mod tests {
         Row {
             window_id: "w".into(),
             messages: vec![message(ChatRole::System, "s"), message(ChatRole::User, "u"), message(ChatRole::Assistant, teacher)],
+            window: None,
         }
     }
 
@@ -382,11 +423,30 @@ mod tests {
             (1, "The user adopted a dog, named Max."),
             (2, "The user plays chess on Sundays."),
         ]);
-        let (a, duplicates) = score_replies(&[row(&teacher)], &[reply]);
-        assert_eq!(duplicates, 2);
+        let (a, cleaning) = score_replies(&[row(&teacher)], &[reply], &Cleaner::default()).unwrap();
+        assert_eq!(cleaning, Cleaning { dropped: 2, rows_without_window: 1 });
         assert_eq!((a.reference_records, a.candidate_records, a.matched), (2, 2, 1));
         // precision 1/2, recall 1/2, F1 1/2.
         assert!((a.f1 - 0.5).abs() < 1e-12, "{a:?}");
+    }
+
+    /// A row that carries its window has the reply cleaned as the labels were: a record no
+    /// message supports is dropped by grounding (F1 1), where near repeats alone keep it
+    /// (precision 1/2, recall 1, F1 2/3).
+    #[test]
+    fn replies_are_cleaned_like_the_labels_when_the_row_has_its_window() {
+        use memkit_data::WindowMessage;
+        let teacher = records(&[(1, "The user adopted a dog named Max.")]);
+        let reply = records(&[(1, "The user adopted a dog named Max."), (1, "The user moved to Lisbon for a design job.")]);
+        let mut with = row(&teacher);
+        with.window = Some(Window::of("w", 0, vec![WindowMessage::user(1, "user", "I adopted a dog named Max last week.")]));
+        let cleaner = Cleaner::default();
+        let (a, cleaning) = score_replies(&[with], std::slice::from_ref(&reply), &cleaner).unwrap();
+        assert_eq!(cleaning, Cleaning { dropped: 1, rows_without_window: 0 });
+        assert_eq!((a.candidate_records, a.matched, a.f1), (1, 1, 1.0));
+        let (a, cleaning) = score_replies(&[row(&teacher)], &[reply], &cleaner).unwrap();
+        assert_eq!(cleaning, Cleaning { dropped: 0, rows_without_window: 1 });
+        assert!((a.f1 - 2.0 / 3.0).abs() < 1e-12, "{a:?}");
     }
 
     /// `--save-replies` writes what `--replies` reads: the same texts, in row order.
@@ -412,7 +472,7 @@ mod tests {
 
         std::fs::write(&path, format!("{}\n\n{}\n", reply("w"), reply("v"))).unwrap();
         let outputs = replies_for(&rows, read_replies(&path).unwrap(), &path).unwrap();
-        assert_eq!(score_replies(&rows, &outputs).0.f1, 1.0);
+        assert_eq!(score_replies(&rows, &outputs, &Cleaner::default()).unwrap().0.f1, 1.0);
 
         std::fs::write(&path, format!("{}\n\n{}\n", reply("w"), reply("x"))).unwrap();
         let err = replies_for(&rows, read_replies(&path).unwrap(), &path).unwrap_err().to_string();

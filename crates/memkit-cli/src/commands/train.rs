@@ -183,14 +183,15 @@ struct AgreementScorer {
 impl memkit_train::Scorer for AgreementScorer {
     fn score(&self, dir: &Path, step: usize) -> Result<memkit_train::Score, String> {
         let started = std::time::Instant::now();
-        let (agreement, duplicates) = (|| -> anyhow::Result<_> {
+        let (agreement, cleaning) = (|| -> anyhow::Result<_> {
             let gguf = super::model_gguf(&dir.to_string_lossy())?;
             let extractor = self.generation.local_extractor(&gguf)?;
-            let (agreement, replies, duplicates) =
-                super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &indicatif::ProgressBar::hidden())?;
+            let cleaner = memkit_infer::embed::installed_cleaner(memkit_clean::GroundingConfig::default())?;
+            let (agreement, replies, cleaning) =
+                super::compare::agreement_on(&extractor, &self.rows, self.generation.batch, &cleaner, &indicatif::ProgressBar::hidden())?;
             // The replies stay with the export they score (best/replies.jsonl), to be read.
             super::compare::write_replies(&self.rows, &replies, &dir.join("replies.jsonl"))?;
-            Ok((agreement, duplicates))
+            Ok((agreement, cleaning))
         })()
         .map_err(|e| format!("{e:#}"))?;
         let metrics = serde_json::json!({
@@ -206,7 +207,8 @@ impl memkit_train::Scorer for AgreementScorer {
             "records_where_teacher_empty": agreement.candidate_records_where_reference_empty,
             "windows_only_the_student_left_empty": agreement.candidate_empty_windows,
             "fields": agreement.fields,
-            "duplicates_dropped": duplicates,
+            "dropped_by_cleaning": cleaning.dropped,
+            "rows_without_window": cleaning.rows_without_window,
             "seconds": started.elapsed().as_secs_f64(),
         });
         Ok(memkit_train::Score { step, value: agreement.f1, metrics })
