@@ -134,10 +134,12 @@ _build-tch: venv
     cargo build -q -p memkit-cli --features tch --target-dir target/tch
 
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/. The default is the end-to-end report:
-# the extractors' records (the published student's and the teacher's, from data/extracted/) beside
-# raw turns and rule sentences, through the same engine (recipes/eval/ has the rest).
-[doc('Evaluate and write reports/<name>/ (default: the extractors end to end on LoCoMo)')]
-eval recipe="recipes/eval/locomo-e2e.toml": build
+# the published extractor's records (data/extracted/locomo-full/) alone and beside the rule
+# sentences, read as records or as their source turns, next to raw turns, rule sentences and
+# LoCoMo's observations, all under memkit's retrieval, with intervals against rule sentences
+# (recipes/eval/ has the rest). Needs the embedder (`just models`; `just demo` fetches it).
+[doc('Evaluate and write reports/<name>/ (default: the published extractor end to end on LoCoMo)')]
+eval recipe="recipes/eval/locomo-keys.toml": build
     #!/usr/bin/env bash
     set -euo pipefail
     start=$(date +%s)
