@@ -85,12 +85,10 @@ pub fn load_chitchat(path: &Path) -> Result<Vec<Dialogue>> {
         let mut senders: Vec<String> = turns.iter().map(|(s, _, _)| s.clone()).collect();
         senders.sort();
         senders.dedup();
-        let [a, b] = <[String; 2]>::try_from(senders).unwrap_or_else(|_| [String::new(), String::new()]);
-        if a.is_empty() {
-            skipped += 1;
-            continue;
+        match <[String; 2]>::try_from(senders) {
+            Ok([a, b]) => pairs.entry((a, b)).or_default().push(Conversation { id, turns }),
+            Err(_) => skipped += 1,
         }
-        pairs.entry((a, b)).or_default().push(Conversation { id, turns });
     }
     let mut dialogues = Vec::with_capacity(pairs.len());
     for ((a, b), mut conversations) in pairs {

@@ -79,7 +79,7 @@ pub(super) fn answer_questions(
     let results = crate::qa::answer_and_judge(items, spec, &*models.answer, judge, &|n| reporter.advance(n as u64))?;
     reporter.finish();
     let budgets = spec.budget.as_slice().to_vec();
-    let per_system = systems
+    let mut per_system = systems
         .iter()
         .flat_map(|s| budgets.iter().map(move |&b| (s, b)))
         .filter(|&(s, b)| results.iter().any(|r| r.system == s.name && r.budget == b))
@@ -98,7 +98,6 @@ pub(super) fn answer_questions(
             }
         })
         .collect::<Vec<_>>();
-    let mut per_system = per_system;
     if let Some(baseline) = baseline {
         for s in per_system.iter_mut().filter(|s| s.name != baseline) {
             (s.f1_difference, s.judge_difference) = qa_differences(&results, &s.name, baseline, s.budget);
