@@ -28,7 +28,7 @@ use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer, Rol
 use memkit_text::time::mentioned_time;
 use serde::{Deserialize, Serialize};
 
-use crate::text::{CALENDAR_WORDS, content_tokens, location_mentions, named_phrases, tokens};
+use crate::text::{CALENDAR_WORDS, content_tokens, is_filler, location_mentions, named_phrases, tokens};
 
 /// How a record's content names the speaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -207,37 +207,19 @@ const NOT_PAST: &[&str] = &[
     "embed",
     "shared",
 ];
-/// Conversational words that carry nothing to retrieve by.
+/// Conversational words that carry nothing to retrieve by, besides [`FILLER`](memkit_text::words::FILLER):
+/// time words (a record's time is its own dimension) and contractions as tokens.
 const CHATTER: &[&str] = &[
-    "hey",
-    "hi",
     "hello",
-    "wow",
-    "yeah",
-    "yes",
-    "thanks",
-    "thank",
     "really",
-    "great",
-    "good",
-    "awesome",
-    "lol",
-    "oh",
-    "im",
     "ive",
     "dont",
     "thats",
     "youre",
     "gonna",
-    "much",
     "lot",
     "also",
     "totally",
-    "sure",
-    "glad",
-    "cool",
-    "nice",
-    "amazing",
     "definitely",
     "know",
     "like",
@@ -245,12 +227,9 @@ const CHATTER: &[&str] = &[
     "got",
     "get",
     "one",
-    "well",
     "way",
     "even",
     "ill",
-    "id",
-    "us",
     "let",
     "lets",
     "yesterday",
@@ -304,6 +283,7 @@ fn rule_keywords(text: &str, max: usize) -> Vec<String> {
         .into_iter()
         .filter(|(w, _)| {
             w.len() > 2
+                && !is_filler(w)
                 && !CHATTER.contains(w)
                 && !CALENDAR_WORDS.contains(w)
                 && !covered.iter().any(|c| c == w)

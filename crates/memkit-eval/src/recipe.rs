@@ -434,8 +434,10 @@ pub enum SystemSpec {
         #[serde(deserialize_with = "one_or_many")]
         records: Vec<RecordSource>,
         /// What the answer model reads for a retrieved record: the record itself (`"record"`,
-        /// the default) or the turns it points at (`"source"`: records are keys, the source
-        /// holds the details; each turn is read once, at its best-ranked record).
+        /// the default), the turns it points at (`"source"`: records are keys, the source
+        /// holds the details; each turn is read once, at its best-ranked record), or the one
+        /// sentence of those turns that shares most words with it (`"sentence"`: records are
+        /// keys, and what is read is the dialogue's own words, one sentence at a time, each once).
         #[serde(default)]
         read: Reading,
         /// Routes, BM25 parameters, dimension weights and fusion (`[systems.retrieval]`).
@@ -522,6 +524,10 @@ pub enum Reading {
     /// The turns the record points at, each once (`[day] Speaker: text`), with the record's
     /// resolved time for the answer prompt.
     Source,
+    /// The rule sentence (`per_sentence`) of the record's source turns that shares most words
+    /// with it, each sentence once, with the record's resolved time for the answer prompt. A rule
+    /// sentence reads itself; a record whose turns have no rule sentence reads itself.
+    Sentence,
 }
 
 /// `records = "rule"` or `records = ["rule", { file = "…" }]`: one source or a non-empty list.

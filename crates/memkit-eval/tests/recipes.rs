@@ -119,6 +119,7 @@ fn records_are_one_source_or_a_list() {
     };
     assert_eq!(read(""), Ok(Reading::Record));
     assert_eq!(read("read = \"source\""), Ok(Reading::Source));
+    assert_eq!(read("read = \"sentence\""), Ok(Reading::Sentence));
     assert!(read("read = \"turns\"").unwrap_err().contains("unknown variant"));
 }
 

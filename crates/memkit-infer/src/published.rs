@@ -34,8 +34,8 @@ pub const MANIFEST: &str = "extractor.json";
 pub const CHECKPOINTS_DIR_ENV: &str = "MEMKIT_CHECKPOINTS_DIR";
 
 /// The files of the HF checkpoint besides its weights that a published folder carries and the
-/// merged checkpoint gets.
-const CHECKPOINT_FILES: [&str; 6] = [
+/// merged checkpoint gets ([`publish`] copies them).
+pub const CHECKPOINT_FILES: [&str; 6] = [
     "config.json",
     "generation_config.json",
     "tokenizer.json",

@@ -22,7 +22,7 @@ use memkit_infer::{ExtractConfig, Extraction};
 use memkit_prompt::{ChatMessage, Prompts};
 use memkit_schema::Role;
 use memkit_text::person::first_person;
-use memkit_text::words::tokens;
+use memkit_text::words::{is_filler, tokens};
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -120,39 +120,29 @@ fn group_schema(config: &ExtractConfig, group: &[&WindowMessage]) -> serde_json:
     schema
 }
 
-/// Phatic words: a message made of these (and stop words) tells nothing to remember.
+/// Phatic words besides [`FILLER`](memkit_text::words::FILLER) (greetings, farewells, wishes,
+/// laughter): a message made of these (and stop words) tells nothing to remember.
 const PHATIC: &[&str] = &[
     "aw",
-    "awesome",
-    "amazing",
     "bye",
     "care",
     "cheers",
     "congrats",
     "congratulations",
-    "cool",
     "day",
     "evening",
     "fantastic",
     "fun",
-    "glad",
-    "good",
     "goodbye",
-    "great",
     "haha",
     "hahaha",
     "happy",
     "hear",
     "hello",
-    "hey",
-    "hi",
     "hope",
-    "lol",
     "lovely",
     "luck",
     "morning",
-    "much",
-    "nice",
     "night",
     "no",
     "ok",
@@ -162,20 +152,13 @@ const PHATIC: &[&str] = &[
     "see",
     "soon",
     "sounds",
-    "sure",
     "take",
     "talk",
-    "thank",
-    "thanks",
     "thx",
     "ttyl",
-    "well",
     "wonderful",
-    "wow",
     "yay",
-    "yeah",
     "yep",
-    "yes",
     "yup",
 ];
 
@@ -190,7 +173,9 @@ pub fn prefilter(message: &WindowMessage, speakers: &[String]) -> bool {
     // "that's" → "that", "s": contractions are stop words and a stray letter.
     let words = tokens(&message.text.replace(['\'', '\u{2019}'], " "));
     words.len() <= 12
-        && words.iter().all(|w| w.len() == 1 || memkit_text::words::is_stop_word(w) || PHATIC.contains(&w.as_str()) || speakers.contains(w))
+        && words.iter().all(|w| {
+            w.len() == 1 || memkit_text::words::is_stop_word(w) || is_filler(w) || PHATIC.contains(&w.as_str()) || speakers.contains(w)
+        })
 }
 
 /// Assembles the replies of a window's asks (in plan order) into one extraction: records in

@@ -38,6 +38,20 @@ pub fn is_stop_word(token: &str) -> bool {
     STOP_WORDS.binary_search(&token).is_ok()
 }
 
+/// Chat filler: interjections, thanks and praise ("hey", "thanks", "awesome") that say nothing
+/// to remember, retrieve by or group by, in any conversation. Each use adds the words its own job
+/// needs to skip: the rule extractor's keywords (time words, which have their own dimension),
+/// HingeMem's topics (common verbs), the teacher's phatic-message filter (greetings, farewells).
+pub const FILLER: &[&str] = &[
+    "amazing", "awesome", "cool", "glad", "good", "great", "hey", "hi", "lol", "much", "nice", "sure", "thank", "thanks", "well", "wow",
+    "yeah", "yes",
+];
+
+/// Whether a lowercase token is chat filler ([`FILLER`]).
+pub fn is_filler(token: &str) -> bool {
+    FILLER.binary_search(&token).is_ok()
+}
+
 /// Tokens without stop words.
 pub fn content_tokens(text: &str) -> Vec<String> {
     tokens(text).into_iter().filter(|t| !is_stop_word(t)).collect()
@@ -360,6 +374,13 @@ mod tests {
     #[test]
     fn stop_words_are_sorted_for_binary_search() {
         assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(FILLER.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn filler_is_chat_filler_only() {
+        assert!(is_filler("thanks") && is_filler("wow") && is_filler("yes"));
+        assert!(!is_filler("puppy") && !is_filler("Thanks") && !is_filler("the"));
     }
 
     #[test]

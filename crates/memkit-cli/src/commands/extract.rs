@@ -161,10 +161,15 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
             bar.finish_and_clear();
         }
         ExtractorKind::Model => {
+            // The student's GGUF, found (and for a published extractor, built) once.
+            let gguf = match (&args.model, &args.teach) {
+                (Some(model), None) => Some(super::model_gguf(model)?),
+                _ => None,
+            };
             // A trained student is asked in the windows it learnt from, unless the flags say otherwise.
-            let trained = match (&args.model, &args.endpoint, &args.teach) {
+            let trained = match (&gguf, &args.endpoint, &args.teach) {
                 (_, _, Some(_)) => None,
-                (Some(model), _, None) => memkit_infer::convert::trained_window(super::model_gguf(model)?)?,
+                (Some(gguf), _, None) => memkit_infer::convert::trained_window(gguf)?,
                 (None, Some(endpoint), None) => {
                     OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone())).served_extract_window()
                 }
@@ -195,7 +200,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                     done.insert(finished.extraction.window_id.clone(), finished);
                 }
             }
-            let key = if args.reclean { String::new() } else { extractor_key(&args, &cleaner)? };
+            let key = if args.reclean { String::new() } else { extractor_key(&args, gguf.as_deref(), &cleaner)? };
             if let (Some(path), true) = (&ledger_path, args.restart) {
                 match std::fs::remove_file(path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -228,7 +233,7 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 );
             }
             if !todo.is_empty() {
-                let model = model_of(&args, extract)?;
+                let model = model_of(&args, gguf.as_deref(), extract)?;
                 let mut ledger = ledger_path.as_deref().map(memkit_teacher::ledger::Ledger::open).transpose()?;
                 let bar = bars.bar(todo.len() as u64, "extract");
                 for group in todo.chunks(model.chunk()) {
@@ -364,12 +369,15 @@ fn one() -> usize {
 /// What decides a window's records: the model (for a file: its size and a hash of its last MiB,
 /// so a retrained model under the same name is a new extractor) or endpoint, the limits, how a
 /// teacher labels, and the cleaning policy ([`Cleaner::id`]: grounding's thresholds and
-/// embedder).
-fn extractor_key(args: &Args, cleaner: &Cleaner) -> anyhow::Result<String> {
+/// embedder). `gguf`: the file `--model` names (a teacher's is resolved here).
+fn extractor_key(args: &Args, gguf: Option<&Path>, cleaner: &Cleaner) -> anyhow::Result<String> {
     let model = match (&args.endpoint, &args.model) {
         (Some(endpoint), _) => format!("{endpoint} {}", args.endpoint_model),
         (None, Some(model)) => {
-            let path = super::model_gguf(model)?;
+            let path = match gguf {
+                Some(path) => path.to_path_buf(),
+                None => memkit_teacher::teacher::resolve_model(model)?,
+            };
             format!("{model} ({})", fingerprint(&path).with_context(|| format!("cannot read {}", path.display()))?)
         }
         (None, None) => String::new(),
@@ -493,8 +501,8 @@ impl Model {
     }
 }
 
-/// The model the flags name.
-fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
+/// The model the flags name (`gguf`: the student's file, found by the caller).
+fn model_of(args: &Args, gguf: Option<&Path>, config: ExtractConfig) -> anyhow::Result<Model> {
     let chat: Option<Box<dyn ChatModel>> = match (&args.teach, &args.endpoint) {
         (None, _) => None,
         (Some(_), Some(endpoint)) => {
@@ -524,9 +532,8 @@ fn model_of(args: &Args, config: ExtractConfig) -> anyhow::Result<Model> {
         let client = OpenAiClient::new(OpenAiConfig::new(endpoint.clone(), args.endpoint_model.clone()));
         return Ok(Model::Extractor(Box::new(OpenAiExtractor::new(client, config)?), 1));
     }
-    let model = args.model.as_deref().context("--extractor model needs --model or --endpoint")?;
-    let path = super::model_gguf(model)?;
-    Ok(Model::Extractor(Box::new(args.generation.local_extractor(&path)?), args.generation.batch.max(1)))
+    let path = gguf.context("--extractor model needs --model or --endpoint")?;
+    Ok(Model::Extractor(Box::new(args.generation.local_extractor(path)?), args.generation.batch.max(1)))
 }
 
 #[cfg(test)]

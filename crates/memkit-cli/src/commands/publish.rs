@@ -97,12 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{}: no chat_template; the extractor prompt needs it",
         src.join("tokenizer_config.json").display()
     );
-    let prompt_path = src.join(memkit_prompt::TRAINED_PROMPT_FILE);
-    let trained_prompt = prompt_path
-        .is_file()
-        .then(|| std::fs::read_to_string(&prompt_path).with_context(|| format!("cannot read {}", prompt_path.display())))
-        .transpose()?;
-    let window = memkit_prompt::TrainedWindow::read(src)?;
+    let trained = Trained::read(src)?;
     let compares = args.compare.iter().map(|p| read_json(p)).collect::<anyhow::Result<Vec<serde_json::Value>>>()?;
     let name =
         args.name.clone().unwrap_or_else(|| args.out.file_name().map_or("memkit-extractor".into(), |n| n.to_string_lossy().into_owned()));
@@ -110,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut files = Vec::new();
     let compact = match args.delta_rank {
         Some(rank) => {
-            let base = package_base(src)?;
+            let base = trained.package_base(src)?;
             let options = memkit_infer::models::FetchOptions::from_env()?;
             let (manifest, report) =
                 memkit_infer::published::publish(src, &base, rank, &args.out, &options, &memkit_infer::models::SilentReporter)
@@ -129,8 +124,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // A compact bundle has no full weights, and `publish` copied the checkpoint's own files.
+    let written: &[&str] = if compact.is_some() { &memkit_infer::published::CHECKPOINT_FILES } else { &[] };
     for file in REQUIRED.iter().chain(OPTIONAL.iter()) {
         if compact.is_some() && *file == "model.safetensors" {
+            continue;
+        }
+        if written.contains(file) {
+            if args.out.join(file).is_file() {
+                files.push((*file).to_owned());
+            }
             continue;
         }
         if let Some(from) = checkpoint_file(src, file) {
@@ -146,7 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let file = format!("{name}-{suffix}.gguf");
             convert::hf_to_gguf(src, args.out.join(&file), &ConvertOptions { dtype: out_type, name: Some(name.clone()) })
                 .with_context(|| format!("converting {} to GGUF", src.display()))?;
-            std::fs::write(args.out.join("Modelfile"), modelfile(&file, trained_prompt.as_deref())?)?;
+            std::fs::write(args.out.join("Modelfile"), modelfile(&file, trained.prompt.as_deref())?)?;
             files.push(file.clone());
             files.push("Modelfile".into());
             Some(file)
@@ -156,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(compact) => Form::Compact(compact),
         None => Form::Full { gguf: gguf.as_deref() },
     };
-    let card = model_card(&name, src, &args.out, form, &compares, trained_prompt.as_deref(), window)?;
+    let card = model_card(&name, src, &trained, &args.out, form, &compares)?;
     std::fs::write(args.out.join("README.md"), card)?;
     files.push("README.md".into());
     #[allow(clippy::print_stdout)]
@@ -181,20 +184,53 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The packaged model a checkpoint's recipe trained from (`[model] kind = "package"`), which its
-/// delta is taken over.
-fn package_base(src: &Path) -> anyhow::Result<String> {
-    let path = checkpoint_file(src, "recipe.toml").with_context(|| format!("{} has no recipe.toml: its base is unknown", src.display()))?;
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let recipe: toml::Table = text.parse().with_context(|| format!("{} is not TOML", path.display()))?;
-    let model = recipe.get("model").and_then(|m| m.as_table());
-    match (model.and_then(|m| m.get("kind")).and_then(|k| k.as_str()), model.and_then(|m| m.get("name")).and_then(|n| n.as_str())) {
-        (Some("package"), Some(name)) => Ok(name.to_owned()),
-        _ => anyhow::bail!(
-            "{}: --delta-rank needs a checkpoint trained from a packaged model (`[model] kind = \"package\"`), whose weights \
-             every machine can fetch",
-            path.display()
-        ),
+/// How a checkpoint was trained, read once: its recipe (`recipe.toml`, in its folder or its
+/// run's: the card names its base and data, and a compact delta is taken over its packaged base),
+/// the extraction prompt it learnt and the window it reads.
+struct Trained {
+    /// Where the recipe was read; `None` when the checkpoint has none (the card says "unknown").
+    path: Option<PathBuf>,
+    table: toml::Table,
+    /// The trained extraction prompt's template source, when the checkpoint has one.
+    prompt: Option<String>,
+    window: Option<memkit_prompt::TrainedWindow>,
+}
+
+impl Trained {
+    fn read(src: &Path) -> anyhow::Result<Self> {
+        let prompt_path = src.join(memkit_prompt::TRAINED_PROMPT_FILE);
+        let prompt = prompt_path
+            .is_file()
+            .then(|| std::fs::read_to_string(&prompt_path).with_context(|| format!("cannot read {}", prompt_path.display())))
+            .transpose()?;
+        let window = memkit_prompt::TrainedWindow::read(src)?;
+        let (path, table) = match checkpoint_file(src, "recipe.toml") {
+            None => (None, toml::Table::new()),
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+                let table = text.parse().with_context(|| format!("{} is not TOML", path.display()))?;
+                (Some(path), table)
+            }
+        };
+        Ok(Trained { path, table, prompt, window })
+    }
+
+    /// `[section] key` as a string.
+    fn get(&self, section: &str, key: &str) -> Option<&str> {
+        self.table.get(section).and_then(|s| s.get(key)).and_then(|v| v.as_str())
+    }
+
+    /// The packaged model it trained from (`[model] kind = "package"`), which a delta is taken over.
+    fn package_base(&self, src: &Path) -> anyhow::Result<String> {
+        let path = self.path.as_ref().with_context(|| format!("{} has no recipe.toml: its base is unknown", src.display()))?;
+        match (self.get("model", "kind"), self.get("model", "name")) {
+            (Some("package"), Some(name)) => Ok(name.to_owned()),
+            _ => anyhow::bail!(
+                "{}: --delta-rank needs a checkpoint trained from a packaged model (`[model] kind = \"package\"`), whose weights \
+                 every machine can fetch",
+                path.display()
+            ),
+        }
     }
 }
 
@@ -258,22 +294,19 @@ enum Form<'a> {
 fn model_card(
     name: &str,
     src: &Path,
+    trained: &Trained,
     out: &Path,
     form: Form<'_>,
     compares: &[serde_json::Value],
-    trained_prompt: Option<&str>,
-    window: Option<memkit_prompt::TrainedWindow>,
 ) -> anyhow::Result<String> {
+    let trained_prompt = trained.prompt.as_deref();
     let (gguf, compact) = match form {
         Form::Full { gguf } => (gguf, None),
         Form::Compact(compact) => (None, Some(compact)),
     };
-    let recipe_text = checkpoint_file(src, "recipe.toml").and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
-    let recipe: toml::Table = recipe_text.parse().unwrap_or_default();
-    let base =
-        recipe.get("model").and_then(|m| m.get("name").or_else(|| m.get("path"))).and_then(|v| v.as_str()).unwrap_or("unknown").to_owned();
-    let data = recipe.get("data").and_then(|d| d.get("dir")).and_then(|v| v.as_str()).unwrap_or("unknown").to_owned();
-    let lora = recipe.get("lora").map(|l| format!("LoRA (rank {}, merged)", l.get("rank").map_or("?".into(), ToString::to_string)));
+    let base = trained.get("model", "name").or_else(|| trained.get("model", "path")).unwrap_or("unknown").to_owned();
+    let data = trained.get("data", "dir").unwrap_or("unknown").to_owned();
+    let lora = trained.table.get("lora").map(|l| format!("LoRA (rank {}, merged)", l.get("rank").map_or("?".into(), ToString::to_string)));
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -387,7 +420,7 @@ fn model_card(
         md,
         "memkit (llama.cpp in-process, schema-constrained):\n\n```bash\nmemkit extract --input dialogues.jsonl --model {model_arg}\n```\n"
     );
-    if let Some(w) = window {
+    if let Some(w) = trained.window {
         let _ = writeln!(
             md,
             "It learnt from windows of **{} messages, {} of them context (the messages before the new ones)**, and is asked the same way: memkit reads \

@@ -6,7 +6,7 @@ use memkit_schema::{Dialogue, Hyperedge, MemoryRecord, Turn};
 use serde::{Deserialize, Serialize};
 
 use super::segment::{Segment, extract_locations};
-use crate::text::content_tokens;
+use crate::text::{content_tokens, is_filler};
 use crate::update::jaccard;
 
 /// The four element types HingeMem watches.
@@ -69,31 +69,16 @@ pub fn edge_nodes(edge: &Hyperedge) -> Vec<Node> {
     out
 }
 
-/// Chat filler that is never a topic.
+/// Words that are never a topic besides [`FILLER`](memkit_text::words::FILLER): common verbs and
+/// adverbs, and words seen as spurious topics.
 const NOT_TOPICS: &[&str] = &[
-    "yeah",
-    "yes",
-    "thanks",
-    "thank",
     "really",
-    "great",
-    "good",
     "know",
     "like",
     "just",
-    "lol",
-    "wow",
-    "hey",
-    "hi",
-    "awesome",
-    "glad",
     "sounds",
-    "cool",
-    "amazing",
     "totally",
     "definitely",
-    "sure",
-    "much",
     "also",
     "get",
     "got",
@@ -102,13 +87,6 @@ const NOT_TOPICS: &[&str] = &[
     "think",
     "going",
     "way",
-    "well",
-    "it's",
-    "that's",
-    "i'm",
-    "you're",
-    "can't",
-    "don't",
     "love",
     "time",
     "see",
@@ -124,7 +102,6 @@ const NOT_TOPICS: &[&str] = &[
     "want",
     "hear",
     "happy",
-    "nice",
     "wonderful",
     "right",
 ];
@@ -163,7 +140,7 @@ pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], records: &[Me
             rs.iter()
                 .flat_map(|r| content_tokens(&r.content).into_iter().chain(r.dims.keywords.iter().flat_map(|k| content_tokens(k))))
                 .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
-                .filter(|w| !speakers.contains(w) && !NOT_TOPICS.contains(&w.as_str()))
+                .filter(|w| !speakers.contains(w) && !is_filler(w) && !NOT_TOPICS.contains(&w.as_str()))
                 .collect()
         })
         .collect();

@@ -1,7 +1,7 @@
 //! Each system's units over one dialogue, and their ranking for a question.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use memkit_data::LocomoSample;
@@ -18,6 +18,7 @@ use memkit_engine::update::{Consolidator, RuleConsolidator, UpdateConfig, Update
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery};
+use memkit_text::words::terms;
 
 use crate::pointers::{PointerTally, check_pointers};
 use crate::recipe::{BoundaryKind, Reading, RecordSource, SystemSpec, UpdateKind};
@@ -60,6 +61,27 @@ impl Unit {
         Unit { memory, ..Unit::new(text, r.pointer.turn_ids.clone()) }
     }
 
+    /// The sentence of `sentences` (rule sentences of the dialogue, by turn id) from `r`'s turns
+    /// that shares most distinct terms with `r` (the first on a tie), read as a rule sentence
+    /// reads, with the record's resolved time for the answer prompt. `r` itself when its turns
+    /// have no sentence or none shares a term.
+    pub(super) fn from_sentence(r: &MemoryRecord, sentences: &HashMap<&str, Vec<&MemoryRecord>>) -> Self {
+        let key: HashSet<String> = terms(&r.content).into_iter().collect();
+        let shared = |s: &MemoryRecord| terms(&s.content).into_iter().collect::<HashSet<_>>().intersection(&key).count();
+        let candidates = r.pointer.turn_ids.iter().filter_map(|t| sentences.get(t.as_str())).flatten();
+        // A rule sentence is its own best; `max_by_key` keeps the last of equals, so reversed, the
+        // first sentence wins a tie.
+        let scored: Vec<_> = candidates.map(|s| ((shared(s), s.content == r.content), *s)).collect();
+        match scored.into_iter().rev().max_by_key(|(key, _)| *key) {
+            Some(((n, _), sentence)) if n > 0 => {
+                let mut unit = Unit::from_record(sentence);
+                unit.memory.time = r.dims.time.clone();
+                unit
+            }
+            _ => Unit::from_record(r),
+        }
+    }
+
     pub(super) fn tokens(&self, counter: &TokenCounter) -> usize {
         *self.tokens.get_or_init(|| counter.count(&self.text))
     }
@@ -71,12 +93,21 @@ pub(super) enum Ranker {
     Engine {
         tri: Box<TriPath>,
         adaptive: bool,
-        /// Units read their source turns: a unit whose turns were all read already is skipped.
-        once_per_turn: bool,
+        /// Units read what other units read too (turns, sentences): each is read once.
+        once: Option<ReadOnce>,
     },
     /// Units are the hyperedges' descriptions (one per hyperedge, in order), then their member
     /// records.
     Hinge(Box<HingeIndex>),
+}
+
+/// What makes two units read the same thing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadOnce {
+    /// Their turns: a unit whose turns were all read already is skipped.
+    Turns,
+    /// Their text: a unit whose text was read already is skipped.
+    Text,
 }
 
 /// One system prepared over one dialogue.
@@ -169,7 +200,7 @@ impl Prepared {
         Ok(match &self.ranker {
             Ranker::Chronological => Ranking::new((0..self.units.len()).collect(), None),
             Ranker::Bm25(index) => Ranking::new(hits_to(&index.search_text(question, self.units.len())), None),
-            Ranker::Engine { tri, adaptive, once_per_turn } => {
+            Ranker::Engine { tri, adaptive, once } => {
                 let hits = tri.search(parsed, tri.fusion().cap())?;
                 let ranking = if *adaptive {
                     // The adaptive stop keeps the best-scored hits of the fused list, in score
@@ -179,7 +210,10 @@ impl Prepared {
                 } else {
                     Ranking::new(hits_to(&hits), None)
                 };
-                if *once_per_turn { read_once(&self.units, ranking) } else { ranking }
+                match once {
+                    Some(once) => read_once(&self.units, ranking, *once),
+                    None => ranking,
+                }
             }
             Ranker::Hinge(index) => {
                 let reading = index.read(parsed, classify_query(question));
@@ -198,15 +232,18 @@ impl Prepared {
     }
 }
 
-/// A ranking of units that read their source turns, without the units whose turns are all read
-/// already (the adaptive stop, if any, moves with the units it kept).
-fn read_once(units: &[Unit], ranking: Ranking) -> Ranking {
-    let mut read = std::collections::HashSet::new();
+/// A ranking without the units that read only what a better-ranked unit read already (`once`
+/// says what: their turns or their text; the adaptive stop, if any, moves with the units it kept).
+fn read_once(units: &[Unit], ranking: Ranking, once: ReadOnce) -> Ranking {
+    let mut read = HashSet::new();
     let mut order = Vec::with_capacity(ranking.order.len());
     let mut stop = ranking.stop.map(|_| 0);
     for (pos, &i) in ranking.order.iter().enumerate() {
         // Every turn is marked read (no short circuit): a unit is fresh when any of them was new.
-        let fresh = units[i].turn_ids.iter().filter(|t| read.insert(t.as_str())).count() > 0;
+        let fresh = match once {
+            ReadOnce::Turns => units[i].turn_ids.iter().filter(|t| read.insert(t.as_str())).count() > 0,
+            ReadOnce::Text => read.insert(units[i].text.as_str()),
+        };
         if fresh {
             order.push(i);
             if ranking.stop.is_some_and(|s| pos < s) {
@@ -340,10 +377,23 @@ pub(super) fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&
                         raw_turn_records(dialogue).into_iter().map(|r| (r.pointer.turn_ids[0].clone(), r)).collect();
                     records.iter().map(|r| Unit::from_source(r, &turns)).collect()
                 }
+                Reading::Sentence => {
+                    let rule = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..*rule_extractor }).extract(dialogue);
+                    let mut sentences: HashMap<&str, Vec<&MemoryRecord>> = HashMap::new();
+                    for s in &rule {
+                        sentences.entry(s.pointer.turn_ids[0].as_str()).or_default().push(s);
+                    }
+                    records.iter().map(|r| Unit::from_sentence(r, &sentences)).collect()
+                }
+            };
+            let once = match read {
+                Reading::Record => None,
+                Reading::Source => Some(ReadOnce::Turns),
+                Reading::Sentence => Some(ReadOnce::Text),
             };
             Prepared {
                 units,
-                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop, once_per_turn: *read == Reading::Source },
+                ranker: Ranker::Engine { tri: Box::new(tri), adaptive: *adaptive_stop, once },
                 pointers,
                 recall: None,
                 update,
@@ -448,11 +498,53 @@ mod tests {
     fn read_once_skips_units_whose_turns_were_read_and_moves_the_stop() {
         let unit = |turns: &[&str]| Unit::new(String::new(), turns.iter().map(|t| t.to_string()).collect());
         let units = [unit(&["a"]), unit(&["a"]), unit(&["a", "b"]), unit(&["c"])];
-        let read = read_once(&units, Ranking::new(vec![0, 1, 2, 3], Some(3)));
+        let read = read_once(&units, Ranking::new(vec![0, 1, 2, 3], Some(3)), ReadOnce::Turns);
         assert_eq!(read.order, [0, 2, 3]);
         assert_eq!(read.stop, Some(2));
-        let read = read_once(&units, Ranking::new(vec![1, 0, 3], None));
+        let read = read_once(&units, Ranking::new(vec![1, 0, 3], None), ReadOnce::Turns);
         assert_eq!((read.order, read.stop), (vec![1, 3], None));
+    }
+
+    /// Two units with the same text read it once; units with other texts stay, whatever turns
+    /// they share.
+    #[test]
+    fn read_once_by_text_skips_a_text_read_already() {
+        let unit = |text: &str| Unit::new(text.into(), vec!["a".into()]);
+        let units = [unit("x"), unit("x"), unit("y")];
+        let read = read_once(&units, Ranking::new(vec![1, 0, 2], Some(2)), ReadOnce::Text);
+        assert_eq!((read.order, read.stop), (vec![1, 2], Some(1)));
+    }
+
+    /// Sentence reading: a key reads the sentence of its turn it shares most words with (the
+    /// first on a tie), keeping its own resolved time; a key sharing none reads itself; a rule
+    /// sentence reads itself.
+    #[test]
+    fn a_key_reads_the_sentence_of_its_turn_it_shares_most_words_with() {
+        let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
+        let dialogue = ann_says(&["I adopted a puppy. Her name is Miso and she loves the beach.", "Work was busy today."], at, |_| at);
+        let rule = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..RuleExtractorConfig::default() }).extract(&dialogue);
+        let mut sentences: HashMap<&str, Vec<&MemoryRecord>> = HashMap::new();
+        for s in &rule {
+            sentences.entry(s.pointer.turn_ids[0].as_str()).or_default().push(s);
+        }
+        assert_eq!(sentences["D1:1"].len(), 2);
+        let (adopted, miso) = (sentences["D1:1"][0], sentences["D1:1"][1]);
+        assert!(adopted.content.contains("adopted") && miso.content.contains("Miso"), "{rule:?}");
+        let mut key = raw_turn_records(&dialogue)[0].clone();
+        // "miso", "beach" and "loves" against "adopted", "puppy": the second sentence.
+        key.content = "Ann's puppy Miso loves the beach".into();
+        key.dims.time = "2023-04-29".into();
+        let unit = Unit::from_sentence(&key, &sentences);
+        assert_eq!(unit.text, Unit::from_record(miso).text);
+        assert_eq!(unit.memory.time, "2023-04-29");
+        // One shared word each ("puppy", "beach"): the first.
+        key.content = "puppy at the beach".into();
+        assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(adopted).text);
+        key.content = "zebra crossing".into();
+        assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(&key).text);
+        for s in &rule {
+            assert_eq!(Unit::from_sentence(s, &sentences).text, Unit::from_record(s).text);
+        }
     }
 
     /// Records as keys, source as text: with rule sentences and raw turns indexed together and
