@@ -61,17 +61,15 @@ impl Unit {
         Unit { memory, ..Unit::new(text, r.pointer.turn_ids.clone()) }
     }
 
-    /// The sentence of `sentences` (rule sentences of the dialogue, by turn id) from `r`'s turns
-    /// that shares most distinct terms with `r` (the first on a tie), read as a rule sentence
-    /// reads, with the record's resolved time for the answer prompt. `r` itself when its turns
-    /// have no sentence or none shares a term.
-    pub(super) fn from_sentence(r: &MemoryRecord, sentences: &HashMap<&str, Vec<&MemoryRecord>>) -> Self {
+    /// The sentence of `sentences` from `r`'s turns that shares most distinct terms with `r` (the
+    /// first on a tie), read as a rule sentence reads, with the record's resolved time for the
+    /// answer prompt. `r` itself when its turns have no sentence or none shares a term.
+    pub(super) fn from_sentence(r: &MemoryRecord, sentences: &Sentences) -> Self {
         let key: HashSet<String> = terms(&r.content).into_iter().collect();
-        let shared = |s: &MemoryRecord| terms(&s.content).into_iter().collect::<HashSet<_>>().intersection(&key).count();
-        let candidates = r.pointer.turn_ids.iter().filter_map(|t| sentences.get(t.as_str())).flatten();
+        let candidates = r.pointer.turn_ids.iter().filter_map(|t| sentences.by_turn.get(t.as_str())).flatten();
         // A rule sentence is its own best; `max_by_key` keeps the last of equals, so reversed, the
         // first sentence wins a tie.
-        let scored: Vec<_> = candidates.map(|s| ((shared(s), s.content == r.content), *s)).collect();
+        let scored: Vec<_> = candidates.map(|(s, words)| ((words.intersection(&key).count(), s.content == r.content), s)).collect();
         match scored.into_iter().rev().max_by_key(|(key, _)| *key) {
             Some(((n, _), sentence)) if n > 0 => {
                 let mut unit = Unit::from_record(sentence);
@@ -108,6 +106,23 @@ pub(super) enum ReadOnce {
     Turns,
     /// Their text: a unit whose text was read already is skipped.
     Text,
+}
+
+/// A dialogue's rule sentences (`per_sentence`) by source turn, in order, each with its distinct
+/// terms: what sentence reading (`read = "sentence"`) reads.
+pub(super) struct Sentences {
+    by_turn: HashMap<String, Vec<(MemoryRecord, HashSet<String>)>>,
+}
+
+impl Sentences {
+    pub(super) fn of(dialogue: &Dialogue, config: RuleExtractorConfig) -> Self {
+        let mut by_turn: HashMap<String, Vec<(MemoryRecord, HashSet<String>)>> = HashMap::new();
+        for s in RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..config }).extract(dialogue) {
+            let words = terms(&s.content).into_iter().collect();
+            by_turn.entry(s.pointer.turn_ids[0].clone()).or_default().push((s, words));
+        }
+        Sentences { by_turn }
+    }
 }
 
 /// One system prepared over one dialogue.
@@ -378,11 +393,7 @@ pub(super) fn prepare(system: &SystemSpec, dialogue: &Dialogue, sample: Option<&
                     records.iter().map(|r| Unit::from_source(r, &turns)).collect()
                 }
                 Reading::Sentence => {
-                    let rule = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..*rule_extractor }).extract(dialogue);
-                    let mut sentences: HashMap<&str, Vec<&MemoryRecord>> = HashMap::new();
-                    for s in &rule {
-                        sentences.entry(s.pointer.turn_ids[0].as_str()).or_default().push(s);
-                    }
+                    let sentences = Sentences::of(dialogue, *rule_extractor);
                     records.iter().map(|r| Unit::from_sentence(r, &sentences)).collect()
                 }
             };
@@ -522,14 +533,11 @@ mod tests {
     fn a_key_reads_the_sentence_of_its_turn_it_shares_most_words_with() {
         let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
         let dialogue = ann_says(&["I adopted a puppy. Her name is Miso and she loves the beach.", "Work was busy today."], at, |_| at);
-        let rule = RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..RuleExtractorConfig::default() }).extract(&dialogue);
-        let mut sentences: HashMap<&str, Vec<&MemoryRecord>> = HashMap::new();
-        for s in &rule {
-            sentences.entry(s.pointer.turn_ids[0].as_str()).or_default().push(s);
-        }
-        assert_eq!(sentences["D1:1"].len(), 2);
-        let (adopted, miso) = (sentences["D1:1"][0], sentences["D1:1"][1]);
-        assert!(adopted.content.contains("adopted") && miso.content.contains("Miso"), "{rule:?}");
+        let sentences = Sentences::of(&dialogue, RuleExtractorConfig::default());
+        let first: Vec<&MemoryRecord> = sentences.by_turn["D1:1"].iter().map(|(s, _)| s).collect();
+        assert_eq!(first.len(), 2);
+        let (adopted, miso) = (first[0], first[1]);
+        assert!(adopted.content.contains("adopted") && miso.content.contains("Miso"), "{first:?}");
         let mut key = raw_turn_records(&dialogue)[0].clone();
         // "miso", "beach" and "loves" against "adopted", "puppy": the second sentence.
         key.content = "Ann's puppy Miso loves the beach".into();
@@ -542,7 +550,7 @@ mod tests {
         assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(adopted).text);
         key.content = "zebra crossing".into();
         assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(&key).text);
-        for s in &rule {
+        for (s, _) in sentences.by_turn.values().flatten() {
             assert_eq!(Unit::from_sentence(s, &sentences).text, Unit::from_record(s).text);
         }
     }
