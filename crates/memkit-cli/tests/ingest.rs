@@ -79,7 +79,8 @@ fn records_of_dialogues_not_loaded_are_counted_not_dropped_silently() {
 }
 
 /// By default the given records go in beside the rule sentences, so every turn keeps keys; the
-/// query finds the extractor's record, and with --source prints its source turn under it, once.
+/// query finds the extractor's record, and with --read source prints its source turn under it,
+/// once; with --read sentence, the turn's sentence it shares most words with, once.
 #[test]
 fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source() {
     let dir = tempfile::tempdir().unwrap();
@@ -106,14 +107,29 @@ fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source
     let (both, both_db) = ingest(&["--records", records.to_str().unwrap()]);
     assert_eq!(both, sentences + 1);
 
-    let out = memkit(&["query", "When did Caroline go to the LGBTQ support group?", "--json", "--no-dense", "--source"], &both_db);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let query = |read: &str| {
+        let question = "When did Caroline go to the LGBTQ support group?";
+        let out = memkit(&["query", question, "--json", "--no-dense", "--read", read], &both_db);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let json = query("source");
     let hits = json["hits"].as_array().unwrap();
     let turns: Vec<&str> =
         hits.iter().flat_map(|h| h["record"]["pointer"]["turn_ids"].as_array().unwrap()).map(|t| t.as_str().unwrap()).collect();
     assert_eq!(turns.iter().filter(|&&t| t == "D1:3").count(), 1, "each turn once: {turns:?}");
     let hit = hits.iter().find(|h| h["record"]["pointer"]["turn_ids"][0] == "D1:3").unwrap();
-    let source = hit["source"][0].as_str().unwrap();
+    let source = hit["read"][0].as_str().unwrap();
     assert!(source.starts_with("[2023-05-08] Caroline: I went to a LGBTQ support group yesterday"), "{source}");
+
+    let json = query("sentence");
+    let hits = json["hits"].as_array().unwrap();
+    let read: Vec<&str> = hits.iter().map(|h| h["read"][0].as_str().unwrap()).collect();
+    let unique: std::collections::HashSet<&&str> = read.iter().collect();
+    assert_eq!(unique.len(), read.len(), "each sentence once: {read:?}");
+    // The extractor's record and the rule sentence of D1:3 read the same sentence: one hit.
+    let d13: Vec<&serde_json::Value> = hits.iter().filter(|h| h["record"]["pointer"]["turn_ids"][0] == "D1:3").collect();
+    assert_eq!(d13.len(), 1, "{read:?}");
+    let sentence = d13[0]["read"][0].as_str().unwrap();
+    assert!(sentence.starts_with("[2023-05-08] Caroline said: I went to a LGBTQ support group yesterday"), "{sentence}");
 }

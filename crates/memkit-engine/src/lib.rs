@@ -4,7 +4,7 @@
 //! ([`query`]) into a [`memkit_schema::ParsedQuery`] and answered by retrieval routes behind one
 //! [`Retriever`] trait: [`bm25`], [`dense`] and [`dimension`] match, combined by [`fusion`]
 //! (DimMem's dedup-concatenation, RRF, weighted) and cut by [`stopping`] (HingeMem's adaptive
-//! stops). [`recall`] attaches the assistant reply behind a record when the query needs it,
+//! stops). [`reading`] reads a retrieved key as the dialogue's sentence it points at; [`recall`] attaches the assistant reply behind a record when the query needs it,
 //! [`update`] consolidates new records against old ones dimension by dimension, and [`hinge`]
 //! builds HingeMem's boundary-guided hyperedges and query-adaptive reranking.
 //!
@@ -28,6 +28,7 @@ pub mod hinge;
 #[cfg(feature = "llm")]
 pub mod llm;
 pub mod query;
+pub mod reading;
 pub mod recall;
 mod retriever;
 pub mod rule_extractor;

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use chrono::NaiveDateTime;
-use memkit_schema::{Dialogue, Dimensions, Hyperedge, MemoryRecord, MemoryType, Pointer, Role};
+use memkit_schema::{Dialogue, Dimensions, Hyperedge, MemoryRecord, MemoryType, Pointer, Role, Session, Turn};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +196,24 @@ pub trait MemoryStore {
     fn get_turn(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<SourceTurn>>;
     /// The turns of a dialogue, in insertion order.
     fn turns(&self, dialogue_id: &str) -> Result<Vec<SourceTurn>>;
+    /// A dialogue as the store holds it: its turns in order, in one session (the store keeps
+    /// neither session boundaries nor photo captions).
+    fn dialogue(&self, dialogue_id: &str) -> Result<Dialogue> {
+        let turns = self
+            .turns(dialogue_id)?
+            .into_iter()
+            .map(|t| Turn {
+                id: t.turn_id,
+                speaker: t.speaker,
+                role: t.role,
+                text: t.text,
+                caption: None,
+                timestamp: t.timestamp,
+                has_answer: false,
+            })
+            .collect();
+        Ok(Dialogue { id: dialogue_id.to_string(), sessions: vec![Session { id: String::new(), date: None, turns }] })
+    }
     /// The assistant reply that followed a user turn of a dialogue.
     fn assistant_reply(&self, dialogue_id: &str, turn_id: &str) -> Result<Option<AssistantReply>>;
     /// Caches embeddings of records for one model (replacing older vectors).

@@ -1,5 +1,6 @@
 //! `memkit query`: ask a memory database a question.
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -9,7 +10,9 @@ use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::{TriPath, TriPathConfig};
 use memkit_engine::llm::LlmQueryParser;
 use memkit_engine::query::{QueryParser, RuleQueryParser};
+use memkit_engine::reading::Sentences;
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
+use memkit_engine::rule_extractor::RuleExtractorConfig;
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::{MemoryStore, SqliteStore};
 use memkit_eval::recipe::ModelSpec;
@@ -19,9 +22,10 @@ use memkit_eval::recipe::ModelSpec;
 /// installed; BM25 alone without it) retrieve, and a weighted fusion ranks the records (memkit's
 /// retrieval, `TriPathConfig::recommended`: chosen in reports/longmemeval-oracle-heldout-routes/,
 /// measured in reports/locomo-keys/).
-/// Assistant replies are attached when the question asks what the assistant said. With --source,
-/// each record's source turns are printed under it, each turn once: records are the keys, the
-/// turns hold the details. The dense route's record vectors are cached in the database, so only
+/// Assistant replies are attached when the question asks what the assistant said. Records are the
+/// keys; the dialogue holds the details: --read source prints each hit's source turns under it,
+/// --read sentence the rule sentence of those turns it shares most words with (what
+/// `read = "sentence"` in an eval recipe reads), each turn or sentence once. The dense route's record vectors are cached in the database, so only
 /// the first query after an ingest embeds records.
 ///
 /// Example: memkit query --db mem.sqlite "When did Caroline go to the LGBTQ support group?"
@@ -42,10 +46,12 @@ pub struct Args {
     /// questions: reports/longmemeval-oracle-heldout-routes/).
     #[arg(long)]
     adaptive_stop: bool,
-    /// Print each record's source turns under it (each turn once; a record whose turns were all
-    /// printed is left out).
-    #[arg(long)]
-    source: bool,
+    /// What to print under each hit: nothing more (`record`), its source turns (`source`), or the
+    /// rule sentence of those turns it shares most words with (`sentence`). With `source` and
+    /// `sentence` each turn or sentence is printed once: a hit that would print only what an
+    /// earlier hit printed is left out.
+    #[arg(long, value_enum, default_value_t = Read::Record)]
+    read: Read,
     /// Print JSON (parsed query and hits) instead of text.
     #[arg(long)]
     json: bool,
@@ -65,6 +71,14 @@ pub struct Args {
     /// An OpenAI-compatible API root (with /v1) serving --parser-model, e.g. `memkit serve`'s.
     #[arg(long, requires = "parser_model")]
     parser_endpoint: Option<String>,
+}
+
+/// What a hit is read as (`read` in an eval recipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Read {
+    Record,
+    Source,
+    Sentence,
 }
 
 /// The question's retrieval fields: from the rules, or from the parser model.
@@ -112,25 +126,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.adaptive_stop {
         hits = adaptive_stop(&hits, classify_query(&args.question), &StopConfig::default());
     }
-    // With --source, the records whose turns an earlier record already showed are left out.
-    let mut sources = Vec::new();
-    if args.source {
-        let mut shown = std::collections::HashSet::new();
+    // With --read source or sentence, the hits that would show only what an earlier hit showed
+    // are left out.
+    let mut reads = Vec::new();
+    if args.read != Read::Record {
+        let mut shown = HashSet::new();
+        let mut sentences: HashMap<String, Sentences> = HashMap::new();
         let mut kept = Vec::new();
         for h in hits {
-            let pointer = &records[h.doc].pointer;
-            let turns: Vec<&String> = pointer.turn_ids.iter().filter(|t| shown.insert((pointer.dialogue_id(), t.as_str()))).collect();
-            if turns.is_empty() {
+            let record = &records[h.doc];
+            let dialogue = record.pointer.dialogue_id();
+            let texts = match args.read {
+                Read::Source => {
+                    let mut texts = Vec::new();
+                    for t in record.pointer.turn_ids.iter().filter(|t| shown.insert((dialogue, t.as_str().to_string()))) {
+                        if let Some(turn) = store.get_turn(dialogue, t)? {
+                            let day = turn.timestamp.map(|ts| format!("[{}] ", ts.format("%Y-%m-%d"))).unwrap_or_default();
+                            texts.push(format!("{day}{}: {}", turn.speaker, turn.text));
+                        }
+                    }
+                    texts
+                }
+                _ => {
+                    if !sentences.contains_key(dialogue) {
+                        let stored = store.dialogue(dialogue)?;
+                        sentences.insert(dialogue.to_string(), Sentences::of(&stored, RuleExtractorConfig::default()));
+                    }
+                    let sentence = sentences[dialogue].sentence_for(record).unwrap_or(record);
+                    let text = match sentence.pointer.timestamp.get(..10) {
+                        Some(day) => format!("[{day}] {}", sentence.content),
+                        None => sentence.content.clone(),
+                    };
+                    if shown.insert((dialogue, text.clone())) { vec![text] } else { Vec::new() }
+                }
+            };
+            if texts.is_empty() {
                 continue;
             }
-            let mut texts = Vec::new();
-            for t in turns {
-                if let Some(turn) = store.get_turn(pointer.dialogue_id(), t)? {
-                    let day = turn.timestamp.map(|ts| format!("[{}] ", ts.format("%Y-%m-%d"))).unwrap_or_default();
-                    texts.push(format!("{day}{}: {}", turn.speaker, turn.text));
-                }
-            }
-            sources.push(texts);
+            reads.push(texts);
             kept.push(h);
             if kept.len() == args.k {
                 break;
@@ -139,7 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         hits = kept;
     }
     hits.truncate(args.k);
-    sources.resize(hits.len(), Vec::new());
+    reads.resize(hits.len(), Vec::new());
     let found: Vec<_> = hits.iter().map(|h| records[h.doc].clone()).collect();
     let mut stats = RecallStats::default();
     let replies = attach_assistant_replies(&store, &parsed, &found, &mut stats)?;
@@ -149,9 +182,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .zip(&found)
             .zip(&replies)
-            .zip(&sources)
-            .map(|(((h, r), rep), src)| {
-                serde_json::json!({"score": h.score, "record": r, "source": src, "assistant_replies": rep.iter().map(|x| &x.text).collect::<Vec<_>>()})
+            .zip(&reads)
+            .map(|(((h, r), rep), read)| {
+                serde_json::json!({"score": h.score, "record": r, "read": read, "assistant_replies": rep.iter().map(|x| &x.text).collect::<Vec<_>>()})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"query": parsed, "hits": hits}))?);
@@ -160,10 +193,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if found.is_empty() {
             println!("no memory matches ({} records in {})", records.len(), args.db.display());
         }
-        for (i, (((h, r), rep), src)) in hits.iter().zip(&found).zip(&replies).zip(&sources).enumerate() {
+        for (i, (((h, r), rep), read)) in hits.iter().zip(&found).zip(&replies).zip(&reads).enumerate() {
             let time = if r.dims.time.is_empty() { String::new() } else { format!(" time={}", r.dims.time) };
             println!("{:>2}. [{:.3}] ({}{}) {}  ← {}", i + 1, h.score, r.memory_type, time, r.content, r.pointer.turn_ids.join(","));
-            for text in src {
+            for text in read {
                 println!("      {text}");
             }
             for x in rep {

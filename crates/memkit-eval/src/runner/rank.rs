@@ -10,6 +10,7 @@ use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter, Segmenter};
 use memkit_engine::llm::{LlmConsolidator, LlmSegmenter};
+use memkit_engine::reading::Sentences;
 use memkit_engine::recall::{RecallStats, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
@@ -18,7 +19,6 @@ use memkit_engine::update::{Consolidator, RuleConsolidator, UpdateConfig, Update
 use memkit_engine::{Hit, Retriever};
 use memkit_prompt::AnswerMemory;
 use memkit_schema::{Dialogue, MemoryRecord, ParsedQuery};
-use memkit_text::words::terms;
 
 use crate::pointers::{PointerTally, check_pointers};
 use crate::recipe::{BoundaryKind, Reading, RecordSource, SystemSpec, UpdateKind};
@@ -61,22 +61,16 @@ impl Unit {
         Unit { memory, ..Unit::new(text, r.pointer.turn_ids.clone()) }
     }
 
-    /// The sentence of `sentences` from `r`'s turns that shares most distinct terms with `r` (the
-    /// first on a tie), read as a rule sentence reads, with the record's resolved time for the
-    /// answer prompt. `r` itself when its turns have no sentence or none shares a term.
+    /// `r` read as the rule sentence it points at ([`Sentences::sentence_for`]), with the
+    /// record's resolved time for the answer prompt; `r` itself when it points at none.
     pub(super) fn from_sentence(r: &MemoryRecord, sentences: &Sentences) -> Self {
-        let key: HashSet<String> = terms(&r.content).into_iter().collect();
-        let candidates = r.pointer.turn_ids.iter().filter_map(|t| sentences.by_turn.get(t.as_str())).flatten();
-        // A rule sentence is its own best; `max_by_key` keeps the last of equals, so reversed, the
-        // first sentence wins a tie.
-        let scored: Vec<_> = candidates.map(|(s, words)| ((words.intersection(&key).count(), s.content == r.content), s)).collect();
-        match scored.into_iter().rev().max_by_key(|(key, _)| *key) {
-            Some(((n, _), sentence)) if n > 0 => {
+        match sentences.sentence_for(r) {
+            Some(sentence) => {
                 let mut unit = Unit::from_record(sentence);
                 unit.memory.time = r.dims.time.clone();
                 unit
             }
-            _ => Unit::from_record(r),
+            None => Unit::from_record(r),
         }
     }
 
@@ -106,23 +100,6 @@ pub(super) enum ReadOnce {
     Turns,
     /// Their text: a unit whose text was read already is skipped.
     Text,
-}
-
-/// A dialogue's rule sentences (`per_sentence`) by source turn, in order, each with its distinct
-/// terms: what sentence reading (`read = "sentence"`) reads.
-pub(super) struct Sentences {
-    by_turn: HashMap<String, Vec<(MemoryRecord, HashSet<String>)>>,
-}
-
-impl Sentences {
-    pub(super) fn of(dialogue: &Dialogue, config: RuleExtractorConfig) -> Self {
-        let mut by_turn: HashMap<String, Vec<(MemoryRecord, HashSet<String>)>> = HashMap::new();
-        for s in RuleExtractor::new(RuleExtractorConfig { per_sentence: true, ..config }).extract(dialogue) {
-            let words = terms(&s.content).into_iter().collect();
-            by_turn.entry(s.pointer.turn_ids[0].clone()).or_default().push((s, words));
-        }
-        Sentences { by_turn }
-    }
 }
 
 /// One system prepared over one dialogue.
@@ -526,33 +503,22 @@ mod tests {
         assert_eq!((read.order, read.stop), (vec![1, 2], Some(1)));
     }
 
-    /// Sentence reading: a key reads the sentence of its turn it shares most words with (the
-    /// first on a tie), keeping its own resolved time; a key sharing none reads itself; a rule
-    /// sentence reads itself.
+    /// Sentence reading: a key reads the sentence it points at (memkit-engine's `reading` tests
+    /// which), keeping its own resolved time; a key pointing at none reads itself.
     #[test]
-    fn a_key_reads_the_sentence_of_its_turn_it_shares_most_words_with() {
+    fn a_key_reads_its_sentence_with_its_own_time() {
         let at = chrono::NaiveDate::from_ymd_opt(2023, 5, 1).unwrap().and_hms_opt(10, 0, 0);
         let dialogue = ann_says(&["I adopted a puppy. Her name is Miso and she loves the beach.", "Work was busy today."], at, |_| at);
         let sentences = Sentences::of(&dialogue, RuleExtractorConfig::default());
-        let first: Vec<&MemoryRecord> = sentences.by_turn["D1:1"].iter().map(|(s, _)| s).collect();
-        assert_eq!(first.len(), 2);
-        let (adopted, miso) = (first[0], first[1]);
-        assert!(adopted.content.contains("adopted") && miso.content.contains("Miso"), "{first:?}");
+        let miso = sentences.of_turn("D1:1").nth(1).unwrap();
         let mut key = raw_turn_records(&dialogue)[0].clone();
-        // "miso", "beach" and "loves" against "adopted", "puppy": the second sentence.
         key.content = "Ann's puppy Miso loves the beach".into();
         key.dims.time = "2023-04-29".into();
         let unit = Unit::from_sentence(&key, &sentences);
         assert_eq!(unit.text, Unit::from_record(miso).text);
         assert_eq!(unit.memory.time, "2023-04-29");
-        // One shared word each ("puppy", "beach"): the first.
-        key.content = "puppy at the beach".into();
-        assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(adopted).text);
         key.content = "zebra crossing".into();
         assert_eq!(Unit::from_sentence(&key, &sentences).text, Unit::from_record(&key).text);
-        for (s, _) in sentences.by_turn.values().flatten() {
-            assert_eq!(Unit::from_sentence(s, &sentences).text, Unit::from_record(s).text);
-        }
     }
 
     /// Records as keys, source as text: with rule sentences and raw turns indexed together and
