@@ -44,8 +44,8 @@ enum Command {
     /// Store records in a memory database (SQLite): from a records JSONL file, or by running the
     /// rule extractor over dialogues.
     Ingest(commands::ingest::Args),
-    /// Ask a memory database a question: parse it, retrieve through BM25 + dimension match,
-    /// fuse, stop adaptively, and print the records with their source turns.
+    /// Ask a memory database a question: parse it, retrieve through memkit's retrieval (BM25 +
+    /// dense, weighted fusion), and print the hits, read as records, source turns or sentences.
     Query(commands::query::Args),
     /// Turn dialogues into memory records: the rule baselines, a GGUF model in-process, or an
     /// OpenAI-compatible endpoint.
