@@ -12,6 +12,15 @@ use memkit_schema::{Dialogue, MemoryRecord};
 use crate::rule_extractor::{RuleExtractor, RuleExtractorConfig};
 use crate::text::terms;
 
+/// A record as the answer model reads it: its day (the date of its source turn), then its content.
+/// Temporal questions need the date.
+pub fn dated(r: &MemoryRecord) -> String {
+    match r.pointer.timestamp.get(..10) {
+        Some(day) => format!("[{day}] {}", r.content),
+        None => r.content.clone(),
+    }
+}
+
 /// A dialogue's rule sentences (`per_sentence`) by source turn, in order, each with its distinct
 /// terms.
 #[derive(Debug, Default)]

@@ -10,7 +10,7 @@ use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::{TriPath, TriPathConfig};
 use memkit_engine::llm::LlmQueryParser;
 use memkit_engine::query::{QueryParser, RuleQueryParser};
-use memkit_engine::reading::Sentences;
+use memkit_engine::reading::{Sentences, dated};
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
 use memkit_engine::rule_extractor::RuleExtractorConfig;
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
@@ -153,10 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         sentences.insert(dialogue.to_string(), Sentences::of(&stored, RuleExtractorConfig::default()));
                     }
                     let sentence = sentences[dialogue].sentence_for(record).unwrap_or(record);
-                    let text = match sentence.pointer.timestamp.get(..10) {
-                        Some(day) => format!("[{day}] {}", sentence.content),
-                        None => sentence.content.clone(),
-                    };
+                    let text = dated(sentence);
                     if shown.insert((dialogue, text.clone())) { vec![text] } else { Vec::new() }
                 }
             };

@@ -10,7 +10,7 @@ use memkit_engine::dense::{DenseIndex, Embedder};
 use memkit_engine::fusion::TriPath;
 use memkit_engine::hinge::{HingeIndex, Part, RuleSegmenter, Segmenter};
 use memkit_engine::llm::{LlmConsolidator, LlmSegmenter};
-use memkit_engine::reading::Sentences;
+use memkit_engine::reading::{Sentences, dated};
 use memkit_engine::recall::{RecallStats, replies_for, reply_text};
 use memkit_engine::rule_extractor::{RuleExtractor, RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
@@ -40,12 +40,7 @@ impl Unit {
     }
 
     pub(super) fn from_record(r: &MemoryRecord) -> Self {
-        // The date is part of what the answer model reads: temporal questions need it.
-        let text = match r.pointer.timestamp.get(..10) {
-            Some(day) => format!("[{day}] {}", r.content),
-            None => r.content.clone(),
-        };
-        Unit { memory: AnswerMemory::from_record(r), ..Unit::new(text, r.pointer.turn_ids.clone()) }
+        Unit { memory: AnswerMemory::from_record(r), ..Unit::new(dated(r), r.pointer.turn_ids.clone()) }
     }
 
     /// The turns `r` points at, as raw turns read them (`[day] Speaker: text`, joined by new
