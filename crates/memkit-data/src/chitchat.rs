@@ -110,13 +110,8 @@ pub fn load_chitchat(path: &Path) -> Result<Vec<Dialogue>> {
                     .iter()
                     .enumerate()
                     .map(|(t, (sender, text, time))| Turn {
-                        id: format!("{}:{}", s + 1, t + 1),
-                        speaker: speaker(sender).to_owned(),
-                        role: Role::User,
-                        text: text.clone(),
-                        caption: None,
                         timestamp: Some(*time),
-                        has_answer: false,
+                        ..Turn::new(format!("{}:{}", s + 1, t + 1), speaker(sender), Role::User, text.as_str())
                     })
                     .collect(),
             })

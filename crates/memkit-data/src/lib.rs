@@ -27,13 +27,8 @@
 //!
 //! let start = NaiveDate::from_ymd_opt(2023, 5, 8).unwrap().and_hms_opt(13, 56, 0).unwrap();
 //! let turn = |n: usize, speaker: &str, text: &str| Turn {
-//!     id: format!("D1:{n}"),
-//!     speaker: speaker.into(),
-//!     role: Role::User,
-//!     text: text.into(),
-//!     caption: None,
 //!     timestamp: Some(start + chrono::Duration::seconds(30 * (n as i64 - 1))),
-//!     has_answer: false,
+//!     ..Turn::new(format!("D1:{n}"), speaker, Role::User, text)
 //! };
 //! let dialogue = Dialogue {
 //!     id: "demo".into(),

@@ -49,13 +49,8 @@ pub fn load_memorybank(path: &Path) -> Result<Vec<Dialogue>> {
                 for (speaker, role, text) in [(name.as_str(), Role::User, query), ("assistant", Role::Assistant, response)] {
                     let n = turns.len();
                     turns.push(Turn {
-                        id: format!("{day}:{}", n + 1),
-                        speaker: speaker.to_string(),
-                        role,
-                        text,
-                        caption: None,
                         timestamp: Some(start + chrono::Duration::seconds(TURN_STEP_SECONDS * n as i64)),
-                        has_answer: false,
+                        ..Turn::new(format!("{day}:{}", n + 1), speaker, role, text)
                     });
                 }
             }

@@ -392,16 +392,7 @@ mod tests {
 
     #[test]
     fn a_window_around_one_message_keeps_its_context_and_numbers_from_one() {
-        let message = |number: u32, text: &str| WindowMessage {
-            number,
-            turn_id: format!("t{number}"),
-            speaker: "user".into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            assistant_reply: None,
-        };
+        let message = |number: u32, text: &str| WindowMessage::user(number, "user", text);
         let w = Window {
             id: "d/w3".into(),
             dialogue_id: "d".into(),

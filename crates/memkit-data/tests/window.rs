@@ -7,8 +7,7 @@ use memkit_data::{Dialogue, Role, Session, Turn, WindowConfig, load_locomo, load
 use proptest::prelude::*;
 
 fn turn(id: String, role: Role, text: String) -> Turn {
-    let speaker = if role == Role::User { "user" } else { "assistant" }.to_string();
-    Turn { id, speaker, role, text, caption: None, timestamp: None, has_answer: false }
+    Turn::new(id, if role == Role::User { "user" } else { "assistant" }, role, text)
 }
 
 /// Sessions of random length with random roles; turn ids `s<k>:<n>`.

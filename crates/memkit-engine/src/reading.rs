@@ -72,15 +72,7 @@ mod tests {
         let turns = texts
             .iter()
             .enumerate()
-            .map(|(i, text)| Turn {
-                id: format!("D1:{}", i + 1),
-                speaker: "Ann".into(),
-                role: Role::User,
-                text: (*text).into(),
-                caption: None,
-                timestamp: at,
-                has_answer: false,
-            })
+            .map(|(i, text)| Turn { timestamp: at, ..Turn::new(format!("D1:{}", i + 1), "Ann", Role::User, *text) })
             .collect();
         Dialogue { id: "d".into(), sessions: vec![Session { id: "s1".into(), date: at, turns }] }
     }

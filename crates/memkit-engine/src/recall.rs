@@ -107,15 +107,7 @@ mod tests {
     use memkit_schema::{Dialogue, MemoryType, Pointer, Role, Session, Turn};
 
     fn turn(id: &str, role: Role, text: &str) -> Turn {
-        Turn {
-            id: id.into(),
-            speaker: if role == Role::User { "user" } else { "assistant" }.into(),
-            role,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            has_answer: false,
-        }
+        Turn::new(id, if role == Role::User { "user" } else { "assistant" }, role, text)
     }
 
     fn record(id: &str, turns: &[&str]) -> MemoryRecord {

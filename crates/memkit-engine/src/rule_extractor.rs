@@ -28,7 +28,7 @@ use memkit_schema::{Dialogue, Dimensions, MemoryRecord, MemoryType, Pointer, Rol
 use memkit_text::time::mentioned_time;
 use serde::{Deserialize, Serialize};
 
-use crate::text::{CALENDAR_WORDS, content_tokens, is_filler, location_mentions, named_phrases, tokens};
+use crate::text::{CALENDAR_WORDS, content_tokens, is_filler, is_vague, location_mentions, named_phrases, tokens};
 
 /// How a record's content names the speaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -207,28 +207,16 @@ const NOT_PAST: &[&str] = &[
     "embed",
     "shared",
 ];
-/// Conversational words that carry nothing to retrieve by, besides [`FILLER`](memkit_text::words::FILLER):
+/// Conversational words that carry nothing to retrieve by, besides [`FILLER`](memkit_text::words::FILLER)
+/// and [`VAGUE`](memkit_text::words::VAGUE):
 /// time words (a record's time is its own dimension) and contractions as tokens.
 const CHATTER: &[&str] = &[
     "hello",
-    "really",
     "ive",
     "dont",
     "thats",
     "youre",
     "gonna",
-    "lot",
-    "also",
-    "totally",
-    "definitely",
-    "know",
-    "like",
-    "love",
-    "got",
-    "get",
-    "one",
-    "way",
-    "even",
     "ill",
     "let",
     "lets",
@@ -247,7 +235,6 @@ const CHATTER: &[&str] = &[
     "years",
     "last",
     "next",
-    "time",
 ];
 
 /// The memory type a message suggests by its cue words.
@@ -284,6 +271,7 @@ fn rule_keywords(text: &str, max: usize) -> Vec<String> {
         .filter(|(w, _)| {
             w.len() > 2
                 && !is_filler(w)
+                && !is_vague(w)
                 && !CHATTER.contains(w)
                 && !CALENDAR_WORDS.contains(w)
                 && !covered.iter().any(|c| c == w)

@@ -202,15 +202,7 @@ pub trait MemoryStore {
         let turns = self
             .turns(dialogue_id)?
             .into_iter()
-            .map(|t| Turn {
-                id: t.turn_id,
-                speaker: t.speaker,
-                role: t.role,
-                text: t.text,
-                caption: None,
-                timestamp: t.timestamp,
-                has_answer: false,
-            })
+            .map(|t| Turn { timestamp: t.timestamp, ..Turn::new(t.turn_id, t.speaker, t.role, t.text) })
             .collect();
         Ok(Dialogue { id: dialogue_id.to_string(), sessions: vec![Session { id: String::new(), date: None, turns }] })
     }

@@ -30,13 +30,8 @@ fn session(id: &str, start: NaiveDateTime, late: Option<usize>, lines: &[(&str, 
         .map(|(i, (who, text))| {
             let jump = if late.is_some_and(|l| i >= l) { 90 } else { 0 };
             Turn {
-                id: format!("{prefix}:{}", i + 1),
-                speaker: who.to_string(),
-                role: Role::User,
-                text: text.to_string(),
-                caption: None,
                 timestamp: Some(start + Duration::minutes(i as i64 + jump)),
-                has_answer: false,
+                ..Turn::new(format!("{prefix}:{}", i + 1), *who, Role::User, *text)
             }
         })
         .collect();

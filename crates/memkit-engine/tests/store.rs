@@ -31,15 +31,8 @@ fn record(id: &str, content: &str, turns: &[&str]) -> MemoryRecord {
 }
 
 fn turn(id: &str, role: Role, text: &str, minute: u32) -> Turn {
-    Turn {
-        id: id.into(),
-        speaker: if role == Role::User { "user" } else { "assistant" }.into(),
-        role,
-        text: text.into(),
-        caption: None,
-        timestamp: NaiveDate::from_ymd_opt(2023, 5, 7).unwrap().and_hms_opt(10, minute, 0),
-        has_answer: false,
-    }
+    let speaker = if role == Role::User { "user" } else { "assistant" };
+    Turn { timestamp: NaiveDate::from_ymd_opt(2023, 5, 7).unwrap().and_hms_opt(10, minute, 0), ..Turn::new(id, speaker, role, text) }
 }
 
 fn dialogue() -> Dialogue {

@@ -90,15 +90,7 @@ mod tests {
     use super::*;
 
     fn turn(id: &str, speaker: &str, text: &str) -> Turn {
-        Turn {
-            id: id.into(),
-            speaker: speaker.into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            has_answer: false,
-        }
+        Turn::new(id, speaker, Role::User, text)
     }
 
     fn record(content: &str, turn_ids: &[&str]) -> MemoryRecord {

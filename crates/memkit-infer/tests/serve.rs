@@ -83,13 +83,8 @@ fn dialogue() -> Dialogue {
         .iter()
         .enumerate()
         .map(|(i, (speaker, text))| Turn {
-            id: format!("D1:{}", i + 1),
-            speaker: (*speaker).into(),
-            role: Role::User,
-            text: (*text).into(),
-            caption: None,
             timestamp: Some(date + chrono::Duration::minutes(i as i64)),
-            has_answer: false,
+            ..Turn::new(format!("D1:{}", i + 1), *speaker, Role::User, *text)
         })
         .collect();
     Dialogue { id: "tiny".into(), sessions: vec![Session { id: "session_1".into(), date: Some(date), turns }] }

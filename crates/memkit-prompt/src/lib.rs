@@ -19,19 +19,14 @@
 //!   mask.
 //!
 //! ```
-//! use memkit_data::{Window, WindowMessage, Role};
+//! use memkit_data::{Window, WindowMessage};
 //! use memkit_prompt::{ChatTemplate, ExtractOptions, Prompts, render_for_training};
 //!
 //! let ts = chrono::NaiveDate::from_ymd_opt(2023, 5, 8).unwrap().and_hms_opt(13, 56, 0);
 //! let message = |number: u32, speaker: &str, text: &str| WindowMessage {
-//!     number,
 //!     turn_id: format!("D1:{number}"),
-//!     speaker: speaker.into(),
-//!     role: Role::User,
-//!     text: text.into(),
-//!     caption: None,
 //!     timestamp: ts,
-//!     assistant_reply: None,
+//!     ..WindowMessage::user(number, speaker, text)
 //! };
 //! let window = Window {
 //!     id: "demo/w1".into(),

@@ -17,15 +17,8 @@ fn at(day: u32, h: u32, m: u32) -> NaiveDateTime {
 
 /// Two short LoCoMo-style sessions, cut 5 per window with overlap 2.
 fn fixture_windows() -> Vec<Window> {
-    let turn = |id: &str, speaker: &str, text: &str, ts: NaiveDateTime| Turn {
-        id: id.into(),
-        speaker: speaker.into(),
-        role: Role::User,
-        text: text.into(),
-        caption: None,
-        timestamp: Some(ts),
-        has_answer: false,
-    };
+    let turn =
+        |id: &str, speaker: &str, text: &str, ts: NaiveDateTime| Turn { timestamp: Some(ts), ..Turn::new(id, speaker, Role::User, text) };
     let mut photo = turn("D1:4", "Ann", "Look at him!", at(8, 13, 57));
     photo.caption = Some("a photo of a small brown dog on a beach".into());
     let dialogue = Dialogue {

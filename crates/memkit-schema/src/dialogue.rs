@@ -38,6 +38,14 @@ pub struct Turn {
     pub has_answer: bool,
 }
 
+impl Turn {
+    /// A turn with no caption, no time and no evidence flag: the builder of programs and tests
+    /// that make their own dialogues (set `timestamp` or `caption` after, or with `..`).
+    pub fn new(id: impl Into<String>, speaker: impl Into<String>, role: Role, text: impl Into<String>) -> Self {
+        Turn { id: id.into(), speaker: speaker.into(), role, text: text.into(), caption: None, timestamp: None, has_answer: false }
+    }
+}
+
 /// A session: turns that happened together, with a start time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Session {

@@ -52,6 +52,18 @@ pub fn is_filler(token: &str) -> bool {
     FILLER.binary_search(&token).is_ok()
 }
 
+/// Chat's vague words: common verbs, adverbs and intensifiers ("really", "know", "like", "get")
+/// that name no topic and make no keyword, in any conversation. The rule extractor's keywords and
+/// HingeMem's topics skip them besides [`FILLER`]; the teacher's phatic-message filter does not (a
+/// message of them still says something: "I really love that one").
+pub const VAGUE: &[&str] =
+    &["also", "definitely", "even", "get", "got", "know", "like", "lot", "love", "one", "really", "time", "totally", "way"];
+
+/// Whether a lowercase token is a vague word ([`VAGUE`]).
+pub fn is_vague(token: &str) -> bool {
+    VAGUE.binary_search(&token).is_ok()
+}
+
 /// Tokens without stop words.
 pub fn content_tokens(text: &str) -> Vec<String> {
     tokens(text).into_iter().filter(|t| !is_stop_word(t)).collect()
@@ -375,6 +387,7 @@ mod tests {
     fn stop_words_are_sorted_for_binary_search() {
         assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
         assert!(FILLER.windows(2).all(|w| w[0] < w[1]));
+        assert!(VAGUE.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]

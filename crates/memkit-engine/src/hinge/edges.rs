@@ -6,7 +6,7 @@ use memkit_schema::{Dialogue, Hyperedge, MemoryRecord, Turn};
 use serde::{Deserialize, Serialize};
 
 use super::segment::{Segment, extract_locations};
-use crate::text::{content_tokens, is_filler};
+use crate::text::{content_tokens, is_filler, is_vague};
 use crate::update::jaccard;
 
 /// The four element types HingeMem watches.
@@ -69,26 +69,13 @@ pub fn edge_nodes(edge: &Hyperedge) -> Vec<Node> {
     out
 }
 
-/// Words that are never a topic besides [`FILLER`](memkit_text::words::FILLER): common verbs and
-/// adverbs, and words seen as spurious topics.
+/// Words that are never a topic besides [`FILLER`](memkit_text::words::FILLER) and
+/// [`VAGUE`](memkit_text::words::VAGUE): more common verbs, and words seen as spurious topics.
 const NOT_TOPICS: &[&str] = &[
-    "really",
-    "know",
-    "like",
     "just",
     "sounds",
-    "totally",
-    "definitely",
-    "also",
-    "get",
-    "got",
-    "one",
-    "lot",
     "think",
     "going",
-    "way",
-    "love",
-    "time",
     "see",
     "make",
     "made",
@@ -96,7 +83,6 @@ const NOT_TOPICS: &[&str] = &[
     "things",
     "thing",
     "always",
-    "even",
     "still",
     "new",
     "want",
@@ -140,7 +126,7 @@ pub fn build_hyperedges(dialogue: &Dialogue, segments: &[Segment], records: &[Me
             rs.iter()
                 .flat_map(|r| content_tokens(&r.content).into_iter().chain(r.dims.keywords.iter().flat_map(|k| content_tokens(k))))
                 .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
-                .filter(|w| !speakers.contains(w) && !is_filler(w) && !NOT_TOPICS.contains(&w.as_str()))
+                .filter(|w| !speakers.contains(w) && !is_filler(w) && !is_vague(w) && !NOT_TOPICS.contains(&w.as_str()))
                 .collect()
         })
         .collect();

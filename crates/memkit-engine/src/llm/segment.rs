@@ -210,14 +210,9 @@ mod tests {
                 id: format!("session_{}", s + 1),
                 date: None,
                 turns: (0..n)
-                    .map(|i| Turn {
-                        id: format!("D{}:{}", s + 1, i + 1),
-                        speaker: if i % 2 == 0 { "Ann" } else { "Bob" }.into(),
-                        role: Role::User,
-                        text: format!("message {} of session {}", i + 1, s + 1),
-                        caption: None,
-                        timestamp: None,
-                        has_answer: false,
+                    .map(|i| {
+                        let speaker = if i % 2 == 0 { "Ann" } else { "Bob" };
+                        Turn::new(format!("D{}:{}", s + 1, i + 1), speaker, Role::User, format!("message {} of session {}", i + 1, s + 1))
                     })
                     .collect(),
             })

@@ -434,15 +434,7 @@ mod tests {
         let turns = texts
             .iter()
             .enumerate()
-            .map(|(i, t)| Turn {
-                id: format!("D1:{}", i + 1),
-                speaker: "Ann".into(),
-                role: Role::User,
-                text: (*t).into(),
-                caption: None,
-                timestamp: at(i),
-                has_answer: false,
-            })
+            .map(|(i, t)| Turn { timestamp: at(i), ..Turn::new(format!("D1:{}", i + 1), "Ann", Role::User, *t) })
             .collect();
         Dialogue { id: "d".into(), sessions: vec![Session { id: "session_1".into(), date, turns }] }
     }
@@ -566,15 +558,7 @@ mod tests {
     #[test]
     fn assistant_recall_reads_the_reply_after_its_turn() {
         use memkit_schema::{Role, Session, Turn};
-        let turn = |id: &str, role: Role, text: &str| Turn {
-            id: id.into(),
-            speaker: if role == Role::User { "user" } else { "assistant" }.into(),
-            role,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            has_answer: false,
-        };
+        let turn = |id: &str, role: Role, text: &str| Turn::new(id, if role == Role::User { "user" } else { "assistant" }, role, text);
         let turns = vec![
             turn("s:0", Role::User, "I need a new sci-fi novel to read on my trip."),
             turn("s:1", Role::Assistant, "Try The Left Hand of Darkness by Ursula K. Le Guin."),
