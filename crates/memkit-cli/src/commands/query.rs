@@ -12,10 +12,11 @@ use memkit_engine::llm::LlmQueryParser;
 use memkit_engine::query::{QueryParser, RuleQueryParser};
 use memkit_engine::reading::{Sentences, dated};
 use memkit_engine::recall::{RecallStats, attach_assistant_replies};
-use memkit_engine::rule_extractor::RuleExtractorConfig;
+use memkit_engine::rule_extractor::{RuleExtractorConfig, raw_turn_records};
 use memkit_engine::stopping::{StopConfig, adaptive_stop, classify_query};
 use memkit_engine::store::{MemoryStore, SqliteStore};
 use memkit_eval::recipe::ModelSpec;
+use memkit_schema::{Dialogue, MemoryRecord};
 
 /// Ask a memory database a question: the rule parser (or, with --parser-model, DimMem's
 /// language-model parser) turns it into retrieval fields; BM25 and dense (all-MiniLM-L6-v2, when
@@ -81,6 +82,19 @@ pub enum Read {
     Sentence,
 }
 
+/// A stored dialogue's readings: its turns as raw-turn records by turn id, and its rule sentences.
+struct Readings {
+    turns: HashMap<String, MemoryRecord>,
+    sentences: Sentences,
+}
+
+impl Readings {
+    fn of(dialogue: &Dialogue) -> Self {
+        let turns = raw_turn_records(dialogue).into_iter().map(|r| (r.pointer.turn_ids[0].clone(), r)).collect();
+        Readings { turns, sentences: Sentences::of(dialogue, RuleExtractorConfig::default()) }
+    }
+}
+
 /// The question's retrieval fields: from the rules, or from the parser model.
 fn parse(args: &Args) -> anyhow::Result<memkit_schema::ParsedQuery> {
     let Some(model) = &args.parser_model else { return Ok(RuleQueryParser.parse(&args.question, args.date)?) };
@@ -131,32 +145,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut reads = Vec::new();
     if args.read != Read::Record {
         let mut shown = HashSet::new();
-        let mut sentences: HashMap<String, Sentences> = HashMap::new();
+        let mut readings: HashMap<String, Readings> = HashMap::new();
         let mut kept = Vec::new();
         for h in hits {
             let record = &records[h.doc];
             let dialogue = record.pointer.dialogue_id();
-            let texts = match args.read {
-                Read::Source => {
-                    let mut texts = Vec::new();
-                    for t in record.pointer.turn_ids.iter().filter(|t| shown.insert((dialogue, t.as_str().to_string()))) {
-                        if let Some(turn) = store.get_turn(dialogue, t)? {
-                            let day = turn.timestamp.map(|ts| format!("[{}] ", ts.format("%Y-%m-%d"))).unwrap_or_default();
-                            texts.push(format!("{day}{}: {}", turn.speaker, turn.text));
-                        }
-                    }
-                    texts
-                }
-                _ => {
-                    if !sentences.contains_key(dialogue) {
-                        let stored = store.dialogue(dialogue)?;
-                        sentences.insert(dialogue.to_string(), Sentences::of(&stored, RuleExtractorConfig::default()));
-                    }
-                    let sentence = sentences[dialogue].sentence_for(record).unwrap_or(record);
-                    let text = dated(sentence);
-                    if shown.insert((dialogue, text.clone())) { vec![text] } else { Vec::new() }
-                }
+            if !readings.contains_key(dialogue) {
+                readings.insert(dialogue.to_string(), Readings::of(&store.dialogue(dialogue)?));
+            }
+            let reading = &readings[dialogue];
+            // Read as the eval reads (`reading::dated`): `[day] Speaker: text` for a turn.
+            let texts: Vec<String> = match args.read {
+                Read::Source => record.pointer.turn_ids.iter().filter_map(|t| reading.turns.get(t)).map(dated).collect(),
+                _ => vec![dated(reading.sentences.sentence_for(record).unwrap_or(record))],
             };
+            let texts: Vec<String> = texts.into_iter().filter(|text| shown.insert((dialogue, text.clone()))).collect();
             if texts.is_empty() {
                 continue;
             }
