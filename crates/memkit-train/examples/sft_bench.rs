@@ -13,14 +13,18 @@
 //! ```text
 //! cargo run -p memkit-train --example sft_bench -- [--shapes 4x256,1x2048] [--steps 3]
 //!     [--warmup 1] [--rounds 2] [--python PY] [--config config.json]
-//!     [--backends flex,cuda] [--torch-device cuda] [--checkpointing] [--json results.json]
+//!     [--backends flex,cuda] [--attention flash,materialised] [--torch-device cuda]
+//!     [--checkpointing] [--json results.json]
 //! ```
 //!
 //! `--shapes` lists batch × sequence-length shapes (default `4x256`). `--python` (or
 //! `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers (`just bench-train`
 //! passes the one `just venv` makes); without one only burn is measured. `--backends` picks among
 //! the burn backends of this build (default: the CPU ones; `libtorch-cuda` and `cuda` need an
-//! NVIDIA GPU); `--torch-device` is where PyTorch runs (default `cpu`). `--checkpointing` turns
+//! NVIDIA GPU); `--attention` how flex trains attention: `flash` (memkit's kernel with its own
+//! backward, the default) and/or `materialised` (scores, mask, softmax and ·V as burn ops, each
+//! kept for backward: what flex trained with before); other backends train the materialised ops.
+//! `--torch-device` is where PyTorch runs (default `cpu`). `--checkpointing` turns
 //! on burn's balanced gradient checkpointing and PyTorch's (less memory, more time). Steps are
 //! timed to the device's end of work (`Device::sync`, `torch.cuda.synchronize`). Peak RSS is the
 //! process's high-water mark (`VmHWM` for burn, `ru_maxrss` for PyTorch), model and optimizer
@@ -57,6 +61,8 @@ struct Args {
     python: Option<PathBuf>,
     config: Option<PathBuf>,
     backends: Vec<Backend>,
+    /// flex's attention kernels (`MEMKIT_ATTENTION` in each worker).
+    attention: Vec<String>,
     torch_device: String,
     checkpointing: bool,
     json: Option<PathBuf>,
@@ -84,6 +90,7 @@ fn parse_args() -> Result<Args, String> {
         python: default_python,
         config: None,
         backends: Backend::all().into_iter().filter(|b| !b.needs_gpu()).collect(),
+        attention: vec!["flash".into()],
         torch_device: "cpu".into(),
         checkpointing: false,
         json: None,
@@ -102,6 +109,12 @@ fn parse_args() -> Result<Args, String> {
             "--python" => args.python = Some(PathBuf::from(value()?)),
             "--config" => args.config = Some(PathBuf::from(value()?)),
             "--backends" => args.backends = value()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--attention" => {
+                args.attention = value()?.split(',').map(str::to_owned).collect();
+                if let Some(bad) = args.attention.iter().find(|a| !["flash", "materialised"].contains(&a.as_str())) {
+                    return Err(format!("--attention {bad:?}: flash or materialised"));
+                }
+            }
             "--torch-device" => args.torch_device = value()?,
             "--checkpointing" => args.checkpointing = true,
             "--json" => args.json = Some(PathBuf::from(value()?)),
@@ -230,18 +243,43 @@ fn run_round(mut command: Command, who: &str) -> Result<(Round, serde_json::Valu
     Ok((round, serde_json::from_str(line).unwrap_or_default()))
 }
 
+/// The burn engines to measure: each backend, flex once per attention kernel.
+fn burn_engines(args: &Args) -> Vec<(Backend, &str)> {
+    let mut engines = Vec::new();
+    for &backend in &args.backends {
+        if backend == Backend::Flex {
+            engines.extend(args.attention.iter().map(|a| (backend, a.as_str())));
+        } else {
+            engines.push((backend, "materialised"));
+        }
+    }
+    engines
+}
+
+/// An engine's name in the table.
+fn engine_name((backend, attention): (Backend, &str)) -> String {
+    format!("{} ({attention} attention)", backend.name())
+}
+
 /// A burn round in a fresh process (this program with `--worker`).
-fn burn_round(backend: Backend, (batch, seq): (usize, usize), config: &Path, args: &Args, seed: u64) -> Result<Round, String> {
+fn burn_round(
+    (backend, attention): (Backend, &str),
+    (batch, seq): (usize, usize),
+    config: &Path,
+    args: &Args,
+    seed: u64,
+) -> Result<Round, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut command = Command::new(exe);
     command
+        .env("MEMKIT_ATTENTION", attention)
         .args(["--worker", backend.name(), "--seed", &seed.to_string(), "--shapes", &format!("{batch}x{seq}")])
         .args(["--config", &config.to_string_lossy()])
         .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
     if args.checkpointing {
         command.arg("--checkpointing");
     }
-    run_round(command, &format!("burn {} worker", backend.name())).map(|(round, _)| round)
+    run_round(command, &format!("burn {} worker", engine_name((backend, attention)))).map(|(round, _)| round)
 }
 
 /// A PyTorch + transformers round (benches/sft_torch.py) and its engine string.
@@ -285,22 +323,23 @@ fn fail(message: String) -> ! {
 fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json::Value {
     let (batch, seq) = shape;
     println!("\n## batch {batch} × {seq} tokens");
-    let mut burn: Vec<Vec<Round>> = args.backends.iter().map(|_| Vec::new()).collect();
+    let engines = burn_engines(args);
+    let mut burn: Vec<Vec<Round>> = engines.iter().map(|_| Vec::new()).collect();
     // A burn round that fails (a shape that does not fit in memory gets the worker killed) is
     // recorded as that backend's result for the shape; the other engines still run.
-    let mut failed: Vec<Option<String>> = args.backends.iter().map(|_| None).collect();
+    let mut failed: Vec<Option<String>> = engines.iter().map(|_| None).collect();
     let (mut torch, mut engine) = (Vec::new(), None);
     for round in 0..args.rounds {
-        for (i, backend) in args.backends.iter().enumerate() {
+        for (i, &engine) in engines.iter().enumerate() {
             if failed[i].is_some() {
                 continue;
             }
-            match burn_round(*backend, shape, config, args, round as u64) {
+            match burn_round(engine, shape, config, args, round as u64) {
                 Ok(r) => {
                     println!(
-                        "round {}: burn {:<8} {:8.1} tokens/s, peak RSS {:7.0} MiB (first-step loss {:.6})",
+                        "round {}: burn {:<28} {:8.1} tokens/s, peak RSS {:7.0} MiB (first-step loss {:.6})",
                         round + 1,
-                        backend.name(),
+                        engine_name(engine),
                         r.tokens_per_s,
                         r.peak_rss_mib,
                         r.loss
@@ -308,7 +347,7 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
                     burn[i].push(r);
                 }
                 Err(e) => {
-                    println!("round {}: burn {:<8} failed: {e}", round + 1, backend.name());
+                    println!("round {}: burn {:<28} failed: {e}", round + 1, engine_name(engine));
                     failed[i] = Some(e);
                 }
             }
@@ -316,7 +355,7 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
         match &args.python {
             Some(python) => {
                 let (r, e) = torch_round(python, shape, config, args).unwrap_or_else(|e| fail(e));
-                println!("round {}: pytorch       {:8.1} tokens/s, peak RSS {:7.0} MiB", round + 1, r.tokens_per_s, r.peak_rss_mib);
+                println!("round {}: pytorch{:28} {:8.1} tokens/s, peak RSS {:7.0} MiB", round + 1, "", r.tokens_per_s, r.peak_rss_mib);
                 torch.push(r);
                 engine = Some(e);
             }
@@ -335,13 +374,12 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
         })
     };
     let t = (!torch.is_empty()).then(|| median(torch.iter().map(|r| r.tokens_per_s).collect()));
-    let mut engines: Vec<serde_json::Value> = args
-        .backends
+    let mut engines: Vec<serde_json::Value> = engines
         .iter()
         .zip(&burn)
         .zip(&failed)
-        .map(|((b, rounds), error)| {
-            let name = format!("burn 0.22.1 {}", b.name());
+        .map(|((&engine, rounds), error)| {
+            let name = format!("burn 0.22.1 {}", engine_name(engine));
             match error {
                 Some(error) if rounds.is_empty() => json!({ "engine": name, "error": error }),
                 _ => summary(name, rounds, t),

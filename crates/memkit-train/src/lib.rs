@@ -3,6 +3,8 @@
 //!
 //! - [`model`]: the decoder ([`Model`], [`Config`] with Hugging Face `config.json` names), with
 //!   optional LoRA adapters ([`LoraConfig`]) merged on export.
+//! - [`attention`]: causal attention with its own backward, a burn backend extension: flex trains
+//!   without a `[seq, seq]` tensor per layer.
 //! - [`data`]: distilled JSONL → chat template (memkit-prompt) → token ids with an
 //!   assistant-only loss mask → length-bucketed batches.
 //! - [`train()`]: AdamW with warmup + cosine, gradient accumulation and clipping, evaluation,
@@ -30,6 +32,7 @@
 //!
 //! burn's pure-Rust `flex` CPU backend, with autodiff; the caller picks the [`Device`](burn::tensor::Device).
 
+pub mod attention;
 pub mod checkpoint;
 pub mod data;
 mod error;
