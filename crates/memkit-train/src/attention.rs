@@ -151,8 +151,7 @@ struct Head<'a> {
 /// [`forward`] for one head: `out` rows and their log-sum-exp.
 #[inline(always)]
 fn forward_head(h: Head, out: &mut [f32], lse: &mut [f32]) {
-    let Head { k, v, seq, dim, .. } = h;
-    let _ = k;
+    let Head { v, seq, dim, .. } = h;
     let mut p = vec![0.0; TILE * seq];
     for i0 in (0..seq).step_by(TILE) {
         let rows = TILE.min(seq - i0);
