@@ -199,9 +199,9 @@ impl Grounder {
         if !self.config.enabled || records.is_empty() {
             return Ok(decisions);
         }
-        let candidates: Vec<&WindowMessage> = window.messages.iter().filter(|m| m.role != Role::Assistant).collect();
+        let candidates: Vec<&WindowMessage> = window.messages.iter().filter(|m| m.turn.role != Role::Assistant).collect();
         let in_suffix = |i: usize| window.in_suffix(candidates[i].number);
-        let names: HashSet<String> = window.messages.iter().flat_map(|m| terms(&m.speaker)).chain(terms("user")).collect();
+        let names: HashSet<String> = window.messages.iter().flat_map(|m| terms(&m.turn.speaker)).chain(terms("user")).collect();
         let message_terms: Vec<HashSet<String>> = candidates.iter().map(|m| terms(&message_text(m)).into_iter().collect()).collect();
         let cosines = match &self.embedder {
             Some(embedder) => {
@@ -254,7 +254,7 @@ impl Grounder {
                 Some(i) if Some(i) != model_index && best_support >= model_support + self.config.margin => {
                     grounded.decision = Decision::Repointed;
                     record.source_id = candidates[i].number;
-                    record.source_speaker.clone_from(&candidates[i].speaker);
+                    record.source_speaker.clone_from(&candidates[i].turn.speaker);
                     grounded.source_id = record.source_id;
                 }
                 Some(_) => {}
@@ -313,7 +313,7 @@ fn clear_unsaid_fields(dimension: &mut memkit_schema::ExtractedDimension, said: 
 /// message has a cue for them ([`memkit_text::cues`]).
 fn ground_cued_fields(dimension: &mut memkit_schema::ExtractedDimension, source: &WindowMessage) {
     let text = message_text(source);
-    dimension.time = mentioned_time(&text, source.timestamp.map(|t| t.date())).map(|span| span.to_string()).unwrap_or_default();
+    dimension.time = mentioned_time(&text, source.turn.timestamp.map(|t| t.date())).map(|span| span.to_string()).unwrap_or_default();
     if !states_reason(&text) {
         dimension.reason.clear();
     }
@@ -339,9 +339,9 @@ fn changed_fields(was: &memkit_schema::ExtractedDimension, now: &memkit_schema::
 
 /// A message's text with its photo caption.
 fn message_text(m: &WindowMessage) -> String {
-    match &m.caption {
-        Some(c) => format!("{} {c}", m.text),
-        None => m.text.clone(),
+    match &m.turn.caption {
+        Some(c) => format!("{} {c}", m.turn.text),
+        None => m.turn.text.clone(),
     }
 }
 

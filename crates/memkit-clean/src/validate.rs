@@ -173,8 +173,8 @@ fn named_speakers<'w>(window: &'w Window, text: &str) -> Vec<&'w str> {
     let words = tokens(&text.replace(['\'', '\u{2019}'], " "));
     let mut named: Vec<&str> = Vec::new();
     for m in &window.messages {
-        if !named.contains(&m.speaker.as_str()) && tokens(&m.speaker).iter().any(|name| words.contains(name)) {
-            named.push(&m.speaker);
+        if !named.contains(&m.turn.speaker.as_str()) && tokens(&m.turn.speaker).iter().any(|name| words.contains(name)) {
+            named.push(&m.turn.speaker);
         }
     }
     named
@@ -186,8 +186,8 @@ fn named_speakers<'w>(window: &'w Window, text: &str) -> Vec<&'w str> {
 pub fn other_person<'w>(window: &'w Window, record: &ExtractedMemory) -> Option<&'w str> {
     let message = window.message(record.source_id)?;
     let named = named_speakers(window, &record.content);
-    let said = named_speakers(window, &format!("{} {}", message.text, message.caption.as_deref().unwrap_or_default()));
-    if named.is_empty() || named.contains(&message.speaker.as_str()) || named.iter().any(|n| said.contains(n)) {
+    let said = named_speakers(window, &format!("{} {}", message.turn.text, message.turn.caption.as_deref().unwrap_or_default()));
+    if named.is_empty() || named.contains(&message.turn.speaker.as_str()) || named.iter().any(|n| said.contains(n)) {
         return None;
     }
     named.first().copied()
@@ -242,13 +242,13 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
     if record.content.trim().is_empty() {
         return Some(DropReason::EmptyContent);
     }
-    if message.role == Role::Assistant {
+    if message.turn.role == Role::Assistant {
         return Some(DropReason::AssistantSource);
     }
     if first_person(&record.content) {
         return Some(DropReason::FirstPerson);
     }
-    if !record.source_speaker.trim().eq_ignore_ascii_case(message.speaker.trim()) {
+    if !record.source_speaker.trim().eq_ignore_ascii_case(message.turn.speaker.trim()) {
         return Some(DropReason::SpeakerMismatch);
     }
     let time = record.dimension.time.trim();
@@ -256,7 +256,7 @@ fn check(window: &Window, record: &ExtractedMemory) -> Option<DropReason> {
         let Ok(span) = time.parse::<TimeSpan>() else {
             return Some(DropReason::TimeFormat);
         };
-        if let Some(at) = message.timestamp
+        if let Some(at) = message.turn.timestamp
             && span.start > at.date() + Duration::days(366)
         {
             return Some(DropReason::TimeAfterMessage);

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use chrono::NaiveDateTime;
-use memkit_schema::{Dialogue, Role};
+use memkit_schema::{Dialogue, Role, Turn};
 use serde::{Deserialize, Serialize};
 
 /// How a dialogue is cut into windows.
@@ -94,25 +94,18 @@ impl WindowConfig {
     }
 }
 
-/// One message of a window.
+/// One message of a window: a dialogue [`Turn`] numbered inside the window.
+///
+/// In JSON the turn's fields sit beside `number` (flattened); files written before the message
+/// held a `Turn` name its id `turn_id`, which still reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WindowMessage {
     /// 1-based number inside the window: the extractor's `source_id`.
     pub number: u32,
-    /// Dataset turn id.
-    pub turn_id: String,
-    /// Speaker name.
-    pub speaker: String,
-    /// User or assistant.
-    pub role: Role,
-    /// Full text (cut only when rendered).
-    pub text: String,
-    /// Image caption of a photo-sharing turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caption: Option<String>,
-    /// Message time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timestamp: Option<NaiveDateTime>,
+    /// The dialogue turn: id, speaker, role, full text (cut only when rendered), photo caption,
+    /// time. Its evidence flag is cleared: a window carries no answer labels.
+    #[serde(flatten)]
+    pub turn: Turn,
     /// User-only mode: the assistant turn(s) that followed this message in its session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assistant_reply: Option<String>,
@@ -122,28 +115,19 @@ impl WindowMessage {
     /// A user's message numbered `number` (turn id `t<number>`), with no caption, time or
     /// reply: the builder of tests and examples.
     pub fn user(number: u32, speaker: &str, text: &str) -> Self {
-        Self {
-            number,
-            turn_id: format!("t{number}"),
-            speaker: speaker.into(),
-            role: Role::User,
-            text: text.into(),
-            caption: None,
-            timestamp: None,
-            assistant_reply: None,
-        }
+        Self { number, turn: Turn::new(format!("t{number}"), speaker, Role::User, text), assistant_reply: None }
     }
 
     /// The same message as the assistant's (speaker `assistant`).
     #[must_use]
     pub fn by_assistant(self) -> Self {
-        Self { speaker: "assistant".into(), role: Role::Assistant, ..self }
+        Self { turn: Turn { speaker: "assistant".into(), role: Role::Assistant, ..self.turn }, ..self }
     }
 
     /// The same message written at `timestamp`.
     #[must_use]
     pub fn at(self, timestamp: NaiveDateTime) -> Self {
-        Self { timestamp: Some(timestamp), ..self }
+        Self { turn: Turn { timestamp: Some(timestamp), ..self.turn }, ..self }
     }
 }
 
@@ -242,12 +226,13 @@ impl WindowMessage {
     }
 
     fn render_into(&self, out: &mut String, max_chars: usize) {
-        if let Some(ts) = self.timestamp {
+        let turn = &self.turn;
+        if let Some(ts) = turn.timestamp {
             let _ = write!(out, "[{}] ", ts.format("%Y-%m-%dT%H:%M:%S, %a"));
         }
-        let _ = write!(out, "{}.{}: ", self.number, self.speaker);
-        out.push_str(&truncate_middle(&fold_lines(&self.text), max_chars));
-        if let Some(caption) = &self.caption {
+        let _ = write!(out, "{}.{}: ", self.number, turn.speaker);
+        out.push_str(&truncate_middle(&fold_lines(&turn.text), max_chars));
+        if let Some(caption) = &turn.caption {
             let _ = write!(out, " [shares photo: {}]", fold_lines(caption));
         }
     }
@@ -320,16 +305,7 @@ fn message_list(dialogue: &Dialogue, user_only: bool) -> Vec<WindowMessage> {
             } else {
                 None
             };
-            out.push(WindowMessage {
-                number: 0,
-                turn_id: t.id.clone(),
-                speaker: t.speaker.clone(),
-                role: t.role,
-                text: t.text.clone(),
-                caption: t.caption.clone(),
-                timestamp: t.timestamp,
-                assistant_reply,
-            });
+            out.push(WindowMessage { number: 0, turn: Turn { has_answer: false, ..t.clone() }, assistant_reply });
         }
     }
     out
@@ -404,7 +380,7 @@ mod tests {
         let one = w.around(3, 1).unwrap();
         assert_eq!((one.id.as_str(), one.context, one.index), ("d/w3/m3", 1, 3));
         assert_eq!(one.render(), "1.user: b\n2.user: c");
-        assert_eq!(one.messages[1].turn_id, "t3");
+        assert_eq!(one.messages[1].turn.id, "t3");
         // Less context than asked at the start of the window; none asked, none given.
         assert_eq!(w.around(1, 2).unwrap().render(), "1.user: a");
         assert_eq!(w.around(2, 0).unwrap().render(), "1.user: b");

@@ -3,7 +3,7 @@
 mod common;
 
 use chrono::NaiveDate;
-use memkit_data::{Dialogue, Role, Session, Turn, WindowConfig, load_locomo, load_longmemeval, windows};
+use memkit_data::{Dialogue, Role, Session, Turn, WindowConfig, WindowMessage, load_locomo, load_longmemeval, windows};
 use proptest::prelude::*;
 
 fn turn(id: String, role: Role, text: String) -> Turn {
@@ -46,7 +46,7 @@ proptest! {
         let config = WindowConfig { size, overlap, user_only, max_message_chars: 8000 };
         let ws = windows(&d, &config);
         let all = expected_messages(&d, user_only);
-        let suffixes: Vec<String> = ws.iter().flat_map(|w| w.suffix()).map(|m| m.turn_id.clone()).collect();
+        let suffixes: Vec<String> = ws.iter().flat_map(|w| w.suffix()).map(|m| m.turn.id.clone()).collect();
         prop_assert_eq!(&suffixes, &all);
         prop_assert_eq!(ws.len(), config.window_count(all.len()));
         // The formula, written out: 0, 1 up to `size`, then 1 + ceil((n - size) / step).
@@ -67,7 +67,7 @@ proptest! {
             prop_assert_eq!(w.index, k);
             prop_assert_eq!(&w.id, &format!("d/w{k}"));
             prop_assert_eq!(w.context, if k == 0 { 0 } else { overlap.min(size - 1) });
-            let context: Vec<&String> = w.context_messages().iter().map(|m| &m.turn_id).collect();
+            let context: Vec<&String> = w.context_messages().iter().map(|m| &m.turn.id).collect();
             let before: Vec<&String> = all[suffix_start - w.context..suffix_start].iter().collect();
             prop_assert_eq!(context, before);
             prop_assert!(!w.suffix().is_empty());
@@ -85,9 +85,9 @@ proptest! {
     fn user_messages_keep_the_replies_that_followed(d in dialogue_strategy(), size in 1usize..12) {
         let config = WindowConfig { size, overlap: 0, user_only: true, max_message_chars: 8000 };
         for m in windows(&d, &config).iter().flat_map(|w| w.messages.iter()) {
-            prop_assert_eq!(m.role, Role::User);
-            let session = d.sessions.iter().find(|s| s.turns.iter().any(|t| t.id == m.turn_id)).unwrap();
-            let i = session.turns.iter().position(|t| t.id == m.turn_id).unwrap();
+            prop_assert_eq!(m.turn.role, Role::User);
+            let session = d.sessions.iter().find(|s| s.turns.iter().any(|t| t.id == m.turn.id)).unwrap();
+            let i = session.turns.iter().position(|t| t.id == m.turn.id).unwrap();
             let replies: Vec<&str> = session.turns[i + 1..]
                 .iter()
                 .take_while(|t| t.role == Role::Assistant)
@@ -121,6 +121,28 @@ fn render_writes_dates_photos_and_cuts() {
     );
 }
 
+/// A window message is its dialogue turn plus a number: the turn's fields sit beside `number` in
+/// JSON, the evidence flag stays behind, and messages written before (`turn_id`) still read.
+#[test]
+fn window_messages_are_turns_in_json_and_read_the_older_files() {
+    let mut evidence = turn("s0:0".into(), Role::User, "I moved to Lisbon.".into());
+    evidence.has_answer = true;
+    let d = Dialogue { id: "d".into(), sessions: vec![Session { id: "s0".into(), date: None, turns: vec![evidence.clone()] }] };
+    let config = WindowConfig { size: 5, overlap: 1, user_only: true, max_message_chars: 8000 };
+    let message = windows(&d, &config)[0].messages[0].clone();
+    assert_eq!(message.turn, Turn { has_answer: false, ..evidence });
+
+    let json = serde_json::to_value(&message).unwrap();
+    assert_eq!(json, serde_json::json!({"number": 1, "id": "s0:0", "speaker": "user", "role": "user", "text": "I moved to Lisbon."}));
+    assert_eq!(serde_json::from_value::<WindowMessage>(json).unwrap(), message);
+
+    // As data/distilled/*/messages/*.jsonl hold them (written before this change).
+    let older = r#"{"number":1,"turn_id":"s0:0","speaker":"user","role":"user","text":"I moved to Lisbon.","assistant_reply":"Nice!"}"#;
+    let read: WindowMessage = serde_json::from_str(older).unwrap();
+    assert_eq!(read.turn.id, "s0:0");
+    assert_eq!(read, WindowMessage { assistant_reply: Some("Nice!".into()), ..message });
+}
+
 #[test]
 fn real_locomo_windows() {
     let samples = load_locomo(&common::shared("locomo/locomo10.json")).unwrap();
@@ -149,7 +171,7 @@ fn real_longmemeval_oracle_user_only_windows() {
         assert_eq!(ws.len(), config.window_count(users), "{}", item.question.id);
         windows_total += ws.len();
         for w in &ws {
-            assert!(w.messages.iter().all(|m| m.role == Role::User));
+            assert!(w.messages.iter().all(|m| m.turn.role == Role::User));
             assert!(w.messages.len() <= 15);
         }
     }

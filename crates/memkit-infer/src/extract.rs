@@ -97,9 +97,9 @@ impl Extraction {
                 let message = window.message(record.source_id)?;
                 let pointer = Pointer {
                     window_id: window.id.clone(),
-                    turn_ids: vec![message.turn_id.clone()],
-                    speaker: message.speaker.clone(),
-                    timestamp: message.timestamp.map(|t| t.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default(),
+                    turn_ids: vec![message.turn.id.clone()],
+                    speaker: message.turn.speaker.clone(),
+                    timestamp: message.turn.timestamp.map(|t| t.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default(),
                 };
                 Some(record.clone().into_record(format!("{}#{n}", window.id), pointer))
             })

@@ -22,11 +22,11 @@
 //! use memkit_data::{Window, WindowMessage};
 //! use memkit_prompt::{ChatTemplate, ExtractOptions, Prompts, render_for_training};
 //!
-//! let ts = chrono::NaiveDate::from_ymd_opt(2023, 5, 8).unwrap().and_hms_opt(13, 56, 0);
-//! let message = |number: u32, speaker: &str, text: &str| WindowMessage {
-//!     turn_id: format!("D1:{number}"),
-//!     timestamp: ts,
-//!     ..WindowMessage::user(number, speaker, text)
+//! let ts = chrono::NaiveDate::from_ymd_opt(2023, 5, 8).unwrap().and_hms_opt(13, 56, 0).unwrap();
+//! let message = |number: u32, speaker: &str, text: &str| {
+//!     let mut message = WindowMessage::user(number, speaker, text).at(ts);
+//!     message.turn.id = format!("D1:{number}");
+//!     message
 //! };
 //! let window = Window {
 //!     id: "demo/w1".into(),

@@ -80,7 +80,7 @@ impl SegmentRecord {
     /// The hyperedge of this segment, with the dataset turn ids of its messages in `window`
     /// (numbers outside the window are skipped).
     pub fn into_hyperedge(self, id: String, window: &Window) -> Hyperedge {
-        let turn_ids = (self.start..=self.end).filter_map(|n| window.message(n)).map(|m| m.turn_id.clone()).collect();
+        let turn_ids = (self.start..=self.end).filter_map(|n| window.message(n)).map(|m| m.turn.id.clone()).collect();
         Hyperedge {
             id,
             persons: self.persons,

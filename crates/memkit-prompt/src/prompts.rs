@@ -280,7 +280,7 @@ impl Prompts {
         let targets: Vec<Value> = targets
             .iter()
             .filter_map(|&n| window.message(n))
-            .map(|m| context! { number => m.number, speaker => m.speaker.as_str(), line => m.render_line(window.max_message_chars) })
+            .map(|m| context! { number => m.number, speaker => m.turn.speaker.as_str(), line => m.render_line(window.max_message_chars) })
             .collect();
         self.render(
             PromptName::Teach,

@@ -18,7 +18,9 @@ pub enum Role {
 /// One message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
-    /// Dataset turn id (LoCoMo `D3:7`; LongMemEval `<session_id>:<index>`).
+    /// Dataset turn id (LoCoMo `D3:7`; LongMemEval `<session_id>:<index>`). Reads as `turn_id`
+    /// too: the key of window messages written before they held a `Turn`.
+    #[serde(alias = "turn_id")]
     pub id: String,
     /// Speaker name as it appears in the dataset (`Caroline`, `user`, `assistant`).
     pub speaker: String,

@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(corpus.available.get(&SourceKind::Chitchat), Some(&2), "8 messages, windows of 5 with 1 of context");
         let window = &corpus.windows.iter().find(|w| w.window.id.ends_with("/w0")).unwrap().window;
         assert!(window.id.starts_with("chitchat/aaaa-bbbb/"), "{}", window.id);
-        let speakers: std::collections::HashSet<&str> = window.messages.iter().map(|m| m.speaker.as_str()).collect();
+        let speakers: std::collections::HashSet<&str> = window.messages.iter().map(|m| m.turn.speaker.as_str()).collect();
         assert_eq!(speakers.len(), 2, "{speakers:?}");
     }
 

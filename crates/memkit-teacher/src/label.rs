@@ -73,11 +73,11 @@ pub fn plan(
             Ok(Plan { mode, skipped: Vec::new(), asks: vec![ask(targets, messages, config.json_schema())] })
         }
         Mode::Decomposed => {
-            let speakers: Vec<String> = window.messages.iter().flat_map(|m| tokens(&m.speaker)).collect();
+            let speakers: Vec<String> = window.messages.iter().flat_map(|m| tokens(&m.turn.speaker)).collect();
             let (kept, skipped): (Vec<&WindowMessage>, Vec<&WindowMessage>) = window
                 .suffix()
                 .iter()
-                .filter(|m| m.role != Role::Assistant)
+                .filter(|m| m.turn.role != Role::Assistant)
                 .partition(|m| !labelling.prefilter || !prefilter(m, &speakers));
             let mut asks = Vec::new();
             for group in kept.chunks(labelling.group.max(1)) {
@@ -167,11 +167,11 @@ const PHATIC: &[&str] = &[
 /// "thanks", "awesome", "good luck") or the names of the conversation's `speakers` (lowercase
 /// tokens). A question or any other word keeps the message.
 pub fn prefilter(message: &WindowMessage, speakers: &[String]) -> bool {
-    if message.text.contains('?') {
+    if message.turn.text.contains('?') {
         return false;
     }
     // "that's" → "that", "s": contractions are stop words and a stray letter.
-    let words = tokens(&message.text.replace(['\'', '\u{2019}'], " "));
+    let words = tokens(&message.turn.text.replace(['\'', '\u{2019}'], " "));
     words.len() <= 12
         && words.iter().all(|w| {
             w.len() == 1 || memkit_text::words::is_stop_word(w) || is_filler(w) || PHATIC.contains(&w.as_str()) || speakers.contains(w)
@@ -198,7 +198,7 @@ pub fn assemble(window: &Window, plan: &Plan, replies: &[(String, Usage)]) -> Ex
                 && ask.targets.contains(&record.source_id)
                 && let Some(message) = window.message(record.source_id)
             {
-                record.source_speaker.clone_from(&message.speaker);
+                record.source_speaker.clone_from(&message.turn.speaker);
             }
             records.push(record);
         }
@@ -227,7 +227,7 @@ pub fn problems(window: &Window, reply: &str) -> Vec<String> {
         .records
         .iter()
         .filter_map(|r| {
-            let name = window.message(r.source_id).map_or(r.source_speaker.as_str(), |m| m.speaker.as_str());
+            let name = window.message(r.source_id).map_or(r.source_speaker.as_str(), |m| m.turn.speaker.as_str());
             if first_person(&r.content) {
                 Some(format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content))
             } else {
@@ -253,20 +253,20 @@ mod tests {
 
     use super::*;
 
-    fn message(number: u32, speaker: &str, text: &str) -> WindowMessage {
-        WindowMessage::user(number, speaker, text)
-    }
-
     fn window() -> Window {
         Window::of(
             "conv-30/w0",
             1,
             vec![
-                message(1, "Gina", "Hey Jon! Good to see you. What's up? Anything new?"),
-                message(2, "Jon", "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own business."),
-                message(3, "Gina", "Sorry about your job Jon, but starting your own business sounds awesome!"),
-                message(4, "Jon", "Thanks, Gina!"),
-                message(5, "Gina", "Wow, that's awesome! Good luck!"),
+                WindowMessage::user(1, "Gina", "Hey Jon! Good to see you. What's up? Anything new?"),
+                WindowMessage::user(
+                    2,
+                    "Jon",
+                    "Hey Gina! Lost my job as a banker yesterday, so I'm gonna take a shot at starting my own business.",
+                ),
+                WindowMessage::user(3, "Gina", "Sorry about your job Jon, but starting your own business sounds awesome!"),
+                WindowMessage::user(4, "Jon", "Thanks, Gina!"),
+                WindowMessage::user(5, "Gina", "Wow, that's awesome! Good luck!"),
             ],
         )
     }
@@ -299,11 +299,11 @@ mod tests {
         let skipped: Vec<bool> = w.messages.iter().map(|m| prefilter(m, &speakers)).collect();
         assert_eq!(skipped, [false, false, false, true, true]);
         // A bare photo turn: no words at all.
-        let mut photo = message(6, "Jon", "");
-        photo.caption = Some("a photo of a dance studio".into());
+        let mut photo = WindowMessage::user(6, "Jon", "");
+        photo.turn.caption = Some("a photo of a dance studio".into());
         assert!(prefilter(&photo, &speakers));
-        assert!(!prefilter(&message(7, "Jon", "Thanks! I got the keys to the studio today."), &speakers));
-        assert!(!prefilter(&message(8, "Jon", "Thanks, Mia!"), &speakers), "Mia is not a speaker: maybe someone to remember");
+        assert!(!prefilter(&WindowMessage::user(7, "Jon", "Thanks! I got the keys to the studio today."), &speakers));
+        assert!(!prefilter(&WindowMessage::user(8, "Jon", "Thanks, Mia!"), &speakers), "Mia is not a speaker: maybe someone to remember");
     }
 
     #[test]

@@ -172,7 +172,7 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
         messages: parsed
             .iter()
             .filter_map(|e| windows.get(e.window_id.as_str()))
-            .map(|w| w.suffix().iter().filter(|m| m.role != memkit_schema::Role::Assistant).count())
+            .map(|w| w.suffix().iter().filter(|m| m.turn.role != memkit_schema::Role::Assistant).count())
             .sum(),
         repairs: parsed.iter().map(|e| e.repairs.len()).sum(),
         repairs_fixed: parsed.iter().flat_map(|e| &e.repairs).filter(|r| r.fixed).count(),

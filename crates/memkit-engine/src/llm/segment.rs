@@ -152,7 +152,7 @@ impl Segmenter for LlmSegmenter {
         let replies = self.step.ask(&requests)?;
         for (piece, reply) in pieces.iter().zip(replies) {
             self.step.count(|s| s.asked += 1);
-            let at = |number: u32| piece.message(number).and_then(|m| position.get(m.turn_id.as_str()).copied());
+            let at = |number: u32| piece.message(number).and_then(|m| position.get(m.turn.id.as_str()).copied());
             let (first, last) = (at(1), at(piece.messages.len() as u32));
             let (Some(first), Some(last)) = (first, last) else { continue };
             match decode_boundaries(&reply, piece.messages.len()) {
