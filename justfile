@@ -61,8 +61,11 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # data it learnt from: windows of 5 messages with 1 of context for a whole-window student
 # (`student-windows`), of 2 (one message and the one before it) for a student of `messages/`
 # (`student-messages`); a few minutes. Both join the table when their records are there.
+# `samples=3 agree=2` labels with self-consistency (the greedy reply and 2 draws at temperature
+# 0.7 per request, a record kept when 2 of the 3 hold it; row `teacher-<mode>-sc3of2`), at
+# `samples` times the teacher's time; every teacher row labelled so far stays in the table.
 [doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
-gold mode="decomposed" student="" student_window="5" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+gold mode="decomposed" student="" student_window="5" samples="1" agree="1" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
     set -euo pipefail
     out=data/extracted/gold
@@ -73,11 +76,13 @@ gold mode="decomposed" student="" student_window="5" data=env_var_or_default("ME
     lme="$lme_dialogues --window 5 --overlap 1"
     tokens=400; if [ {{mode}} = window ]; then tokens=1024; fi
     teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}}"
+    labelling={{mode}}
+    if [ {{samples}} != 1 ]; then teacher="$teacher --samples {{samples}} --agree {{agree}}"; labelling={{mode}}-sc{{samples}}of{{agree}}; fi
     {{memkit}} --quiet extract $locomo --extractor rule --restart -o $out/rule-conv30.jsonl
     {{memkit}} --quiet extract $lme --extractor rule --restart -o $out/rule-lme.jsonl
     {{memkit}} --quiet extract $locomo --extractor observations --restart -o $out/observations-conv30.jsonl
-    {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-{{mode}}-conv30.jsonl
-    {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-{{mode}}-lme.jsonl
+    {{memkit}} extract $locomo $teacher --context 2 --restart -o $out/teacher-$labelling-conv30.jsonl
+    {{memkit}} extract $lme $teacher --context 1 --restart -o $out/teacher-$labelling-lme.jsonl
     if [ -n "{{student}}" ]; then
         # Up to 3 records per new message (the teacher's cap per request), 6 for a single one;
         # a student of one message at a time is asked as it was scored in training (400 tokens).
@@ -87,13 +92,16 @@ gold mode="decomposed" student="" student_window="5" data=env_var_or_default("ME
         {{memkit}} extract $locomo --max-message-chars 1000 $student --restart -o $out/$name-conv30.jsonl
         {{memkit}} extract $lme_dialogues $student --restart -o $out/$name-lme.jsonl
         cat $out/$name-conv30.jsonl $out/$name-lme.jsonl > $out/$name.jsonl
+        cat $out/$name-conv30.jsonl.windows.jsonl $out/$name-lme.jsonl.windows.jsonl > $out/$name.jsonl.windows.jsonl
     fi
     cat $out/rule-conv30.jsonl $out/rule-lme.jsonl > $out/rule.jsonl
     records="--records rule=$out/rule.jsonl --records observations=$out/observations-conv30.jsonl"
-    for m in window decomposed; do
-        if [ -f $out/teacher-$m-conv30.jsonl ] && [ -f $out/teacher-$m-lme.jsonl ]; then
-            cat $out/teacher-$m-conv30.jsonl $out/teacher-$m-lme.jsonl > $out/teacher-$m.jsonl
-            records="$records --records teacher-$m=$out/teacher-$m.jsonl"
+    for conv30 in $out/teacher-*-conv30.jsonl; do
+        m=$(basename $conv30 -conv30.jsonl)
+        if [ -f $out/$m-lme.jsonl ]; then
+            cat $conv30 $out/$m-lme.jsonl > $out/$m.jsonl
+            cat $conv30.windows.jsonl $out/$m-lme.jsonl.windows.jsonl > $out/$m.jsonl.windows.jsonl
+            records="$records --records $m=$out/$m.jsonl"
         fi
     done
     for s in student-windows student-messages; do

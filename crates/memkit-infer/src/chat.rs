@@ -5,7 +5,7 @@
 //! A [`ChatRequest`] is the messages, a token limit, an optional JSON schema (constrained
 //! decoding in-process, `response_format` on a server), whether to damp repeats and whether to
 //! end a JSON list at its first repeated item; the reply is the text with its [`Usage`]. Replies
-//! are greedy.
+//! are greedy unless the request carries a [`Sample`].
 
 use std::time::Instant;
 
@@ -29,12 +29,33 @@ pub struct ChatRequest {
     pub avoid_repeats: bool,
     /// End the JSON reply at its first array item that nearly repeats an earlier one.
     pub end_at_repeat: Option<RepeatedItem>,
+    /// Draw the reply at a temperature instead of greedily.
+    pub sample: Option<Sample>,
+}
+
+/// A reply drawn at a temperature: nucleus sampling with a seed, so the same request with the
+/// same seed gives the same text in-process (a server may not promise that).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Sample {
+    /// Above 0.
+    pub temperature: f32,
+    /// In (0, 1]; 1 disables the nucleus cut.
+    pub top_p: f32,
+    /// Seed of the draw.
+    pub seed: u32,
 }
 
 impl ChatRequest {
-    /// A request without schema or repetition control.
+    /// A greedy request without schema or repetition control.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> Self {
-        Self { messages, max_tokens, schema: None, avoid_repeats: false, end_at_repeat: None }
+        Self { messages, max_tokens, schema: None, avoid_repeats: false, end_at_repeat: None, sample: None }
+    }
+
+    /// Sets [`Self::sample`].
+    #[must_use]
+    pub fn with_sample(mut self, sample: Sample) -> Self {
+        self.sample = Some(sample);
+        self
     }
 
     /// Sets [`Self::schema`].
@@ -51,12 +72,16 @@ impl ChatRequest {
         self
     }
 
-    /// The OpenAI-compatible request for `model`: greedy (`temperature: 0`), with the schema as
-    /// a strict `json_schema` response format.
+    /// The OpenAI-compatible request for `model`: greedy (`temperature: 0`) or the sample's
+    /// temperature, `top_p` and seed, with the schema as a strict `json_schema` response format.
     pub fn to_openai(&self, model: &str) -> ChatCompletionRequest {
         let mut request = ChatCompletionRequest::new(model, self.messages.clone());
         request.max_tokens = Some(self.max_tokens);
-        request.temperature = Some(0.0);
+        request.temperature = Some(self.sample.map_or(0.0, |s| s.temperature));
+        if let Some(sample) = self.sample {
+            request.top_p = Some(sample.top_p);
+            request.seed = Some(u64::from(sample.seed));
+        }
         request.response_format = self.schema.as_ref().map(|schema| ResponseFormat::JsonSchema {
             json_schema: JsonSchemaFormat { name: "reply".into(), schema: Some(schema.clone()), strict: Some(true) },
         });
@@ -155,8 +180,8 @@ mod local {
 
     use memkit_prompt::{ChatMessage, ChatRole, ChatTemplate};
 
-    use super::{ChatModel, ChatRequest, Reply, Usage};
-    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine};
+    use super::{ChatModel, ChatRequest, Reply, Sample, Usage};
+    use crate::generate::{Dry, FinishReason, GenerateRequest, Generation, LlamaEngine, Sampling};
     use crate::{Error, Result};
 
     impl ChatModel for LocalChat {
@@ -306,6 +331,9 @@ mod local {
                         }
                         if let Some(rule) = &requests[i].end_at_repeat {
                             request = request.with_end_at_repeat(rule.clone());
+                        }
+                        if let Some(Sample { temperature, top_p, seed }) = requests[i].sample {
+                            request = request.with_sampling(Sampling::Temperature { temperature, top_p, seed });
                         }
                         request
                     })

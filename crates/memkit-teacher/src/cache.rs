@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use memkit_infer::chat::{ChatModel, ChatRequest, Reply};
+use memkit_infer::chat::{ChatModel, ChatRequest, Reply, Sample};
 use memkit_infer::reply::Usage;
 use memkit_prompt::ChatMessage;
 use serde::{Deserialize, Serialize};
@@ -37,16 +37,22 @@ struct Params<'a> {
     temperature: f32,
     avoid_repeats: bool,
     schema: Option<&'a serde_json::Value>,
+    /// Absent for a greedy request, so greedy keys are the ones written before sampling existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample: Option<Sample>,
 }
 
 /// The cache key of a teacher's request: the model, the messages, the caps, the schema and the
-/// decoding.
+/// decoding (greedy, or the sample's temperature, nucleus and seed).
 pub fn request_key(model: &str, request: &ChatRequest, generation: &GenerationSpec) -> String {
-    key(
-        model,
-        &request.messages,
-        &Params { generation, temperature: 0.0, avoid_repeats: request.avoid_repeats, schema: request.schema.as_ref() },
-    )
+    let params = Params {
+        generation,
+        temperature: request.sample.map_or(0.0, |s| s.temperature),
+        avoid_repeats: request.avoid_repeats,
+        schema: request.schema.as_ref(),
+        sample: request.sample,
+    };
+    key(model, &request.messages, &params)
 }
 
 /// One cached reply.
@@ -234,6 +240,23 @@ mod tests {
         assert_eq!(cache.get(&k).unwrap(), Some(entry));
         std::fs::write(cache.path(&k), b"{not json").unwrap();
         assert_eq!(cache.get(&k).unwrap(), None);
+    }
+
+    #[test]
+    fn a_greedy_key_is_the_one_written_before_sampling_and_each_draw_has_its_own() {
+        let generation = GenerationSpec::default();
+        let greedy = ChatRequest::new(vec![ChatMessage::user("hi")], 9);
+        // The parameters as they were serialised before requests could be sampled.
+        let before = key(
+            "m",
+            &greedy.messages,
+            &serde_json::json!({"generation": generation, "temperature": 0.0, "avoid_repeats": false, "schema": null}),
+        );
+        assert_eq!(request_key("m", &greedy, &generation), before);
+        let draw = |seed| request_key("m", &greedy.clone().with_sample(Sample { temperature: 0.7, top_p: 0.95, seed }), &generation);
+        assert_ne!(draw(1), before);
+        assert_ne!(draw(1), draw(2));
+        assert_eq!(draw(1), draw(1));
     }
 
     /// Counts the requests that reach it; replies with the user text reversed, and fails on

@@ -38,6 +38,9 @@ pub struct Ask {
     pub request: ChatRequest,
     /// Its cache key.
     pub key: String,
+    /// Self-consistency: the same request drawn at a temperature, with their cache keys (none
+    /// for one greedy reply; see [`crate::vote`]).
+    pub draws: Vec<(ChatRequest, String)>,
 }
 
 /// What the teacher is asked about a window.
@@ -64,7 +67,16 @@ pub fn plan(
     let ask = |targets: Vec<u32>, messages: Vec<ChatMessage>, schema: serde_json::Value| {
         let request =
             ChatRequest { avoid_repeats: labelling.avoid_repeats, ..ChatRequest::new(messages, config.max_tokens).with_schema(schema) };
-        Ask { targets, key: request_key(model_id, &request, generation), request }
+        let draws = labelling
+            .self_consistency
+            .draws(&request)
+            .into_iter()
+            .map(|draw| {
+                let key = request_key(model_id, &draw, generation);
+                (draw, key)
+            })
+            .collect();
+        Ask { targets, key: request_key(model_id, &request, generation), request, draws }
     };
     match mode {
         Mode::Window => {

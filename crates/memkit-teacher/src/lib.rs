@@ -25,6 +25,7 @@ pub mod recipe;
 pub mod run;
 pub mod stats;
 pub mod teacher;
+pub mod vote;
 
 pub use recipe::DistillRecipe;
 pub use run::{Progress, RunOptions, RunSummary, run};

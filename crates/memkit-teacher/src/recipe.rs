@@ -21,6 +21,7 @@ use memkit_prompt::PromptName;
 use memkit_schema::ExtractorSchemaOptions;
 use serde::{Deserialize, Serialize};
 
+use crate::vote::SelfConsistency;
 use crate::{Error, Result};
 
 /// A whole distill recipe.
@@ -180,7 +181,7 @@ pub enum Mode {
 }
 
 /// How the teacher is asked, and what is done with its replies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LabellingSpec {
     /// `window` or `decomposed`; default: decomposed for a local teacher, window for a server.
@@ -198,11 +199,22 @@ pub struct LabellingSpec {
     pub repair: bool,
     /// Damp repeats inside a reply (llama.cpp's DRY sampler; local teachers).
     pub avoid_repeats: bool,
+    /// Ask each request several times and keep what enough replies hold
+    /// (`[labelling.self_consistency]`; default one greedy reply).
+    pub self_consistency: SelfConsistency,
 }
 
 impl Default for LabellingSpec {
     fn default() -> Self {
-        Self { mode: None, group: 1, context: 2, prefilter: true, repair: true, avoid_repeats: true }
+        Self {
+            mode: None,
+            group: 1,
+            context: 2,
+            prefilter: true,
+            repair: true,
+            avoid_repeats: true,
+            self_consistency: SelfConsistency::default(),
+        }
     }
 }
 
@@ -396,6 +408,9 @@ impl DistillRecipe {
         self.corpus.window.validate().map_err(|e| Error::Recipe { path: PathBuf::new(), message: format!("corpus.window: {e}") })?;
         if !(1..=3).contains(&self.labelling.group) {
             return bad(format!("labelling.group = {} must be 1, 2 or 3 messages per request", self.labelling.group));
+        }
+        if let Err(e) = self.labelling.self_consistency.check() {
+            return bad(format!("labelling.self_consistency: {e}"));
         }
         if !(0.0..1.0).contains(&self.output.valid_share) {
             return bad(format!("output.valid_share = {} must be in [0, 1)", self.output.valid_share));

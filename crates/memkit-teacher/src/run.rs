@@ -1,5 +1,6 @@
 //! The distillation loop: draw the windows, skip the finished ones, plan each window's requests
-//! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest, re-ask
+//! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest (with
+//! self-consistency, each request several times, voted into one reply: [`crate::vote`]), re-ask
 //! replies with first-person records once, assemble, clean ([`memkit_clean::Cleaner`]: ground,
 //! validate, one record per fact), and append each finished window to the ledgers as soon as it
 //! is done.
@@ -18,7 +19,7 @@ use crate::label::{self, Plan, Repair};
 use crate::ledger::{self, Entry, Failure, Ledger, Status, failures_path, ledger_path};
 use crate::recipe::{DistillRecipe, GenerationSpec, LabellingSpec, Mode};
 use crate::teacher::Teacher;
-use crate::{Error, Result};
+use crate::{Error, Result, vote};
 
 /// Backend failures in a row after which the run stops (the teacher is down).
 const MAX_FAILURES_IN_A_ROW: usize = 8;
@@ -135,16 +136,33 @@ pub fn label_windows(
             failed: None,
         })
         .collect();
-    let requests: Vec<(&ChatRequest, &str)> = work.iter().flat_map(|l| l.plan.asks.iter().map(|a| (&a.request, a.key.as_str()))).collect();
+    // Each ask's request, then its self-consistency draws (none by default).
+    let requests: Vec<(&ChatRequest, &str)> = work
+        .iter()
+        .flat_map(|l| l.plan.asks.iter())
+        .flat_map(|a| std::iter::once((&a.request, a.key.as_str())).chain(a.draws.iter().map(|(r, key)| (r, key.as_str()))))
+        .collect();
     let mut answers = ask(teacher, cache, &requests)?.into_iter();
     for l in &mut work {
-        for _ in 0..l.plan.asks.len() {
-            match answers.next().expect("one answer per request") {
-                Ok((reply, cached)) => {
-                    l.all_cached &= cached;
-                    l.replies.push(reply);
+        for a in &l.plan.asks {
+            let mut replies = Vec::with_capacity(1 + a.draws.len());
+            for _ in 0..=a.draws.len() {
+                match answers.next().expect("one answer per request") {
+                    Ok((reply, cached)) => {
+                        l.all_cached &= cached;
+                        replies.push(reply);
+                    }
+                    Err(reason) => l.failed = Some(reason),
                 }
-                Err(reason) => l.failed = Some(reason),
+            }
+            l.requests += a.draws.len();
+            if l.failed.is_none() {
+                let reply = if a.draws.is_empty() {
+                    replies.pop().expect("one reply")
+                } else {
+                    vote::vote(&l.window.window, &replies, labelling.self_consistency.agree)
+                };
+                l.replies.push(reply);
             }
         }
     }
@@ -195,14 +213,20 @@ pub fn label_windows(
             out.push((id, Err(reason)));
             continue;
         }
-        out.push((id, Ok(finish(l, wall_ms, teacher, cleaner)?)));
+        out.push((id, Ok(finish(l, wall_ms, labelling, teacher, cleaner)?)));
     }
     Ok(out)
 }
 
 /// Assembles and cleans one window's replies into its ledger entry (and its failure, for a
 /// reply that was not whole).
-fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, cleaner: &Cleaner) -> Result<(Entry, Option<Failure>)> {
+fn finish(
+    l: Labelling<'_>,
+    wall_ms: u64,
+    labelling: &LabellingSpec,
+    teacher: &Teacher,
+    cleaner: &Cleaner,
+) -> Result<(Entry, Option<Failure>)> {
     let w = l.window;
     let plan = &l.plan;
     let extraction = label::assemble(&w.window, plan, &l.replies);
@@ -226,6 +250,7 @@ fn finish(l: Labelling<'_>, wall_ms: u64, teacher: &Teacher, cleaner: &Cleaner) 
         time_fixes: 0,
         complete: false,
         cleaner: cleaner.id(),
+        self_consistency: labelling.self_consistency.votes().then_some(labelling.self_consistency),
     };
     if let Some((kind, reason)) = whole_failure(&extraction.errors) {
         entry.status = Status::Unparsable;

@@ -154,11 +154,14 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
             m
         }),
         windows_per_mode: entries.iter().fold(BTreeMap::new(), |mut m, e| {
-            let mode = match e.mode {
-                Some(crate::recipe::Mode::Decomposed) => "decomposed",
-                _ => "window",
+            let mut mode = match e.mode {
+                Some(crate::recipe::Mode::Decomposed) => "decomposed mode".to_owned(),
+                _ => "window mode".to_owned(),
             };
-            *m.entry(mode.to_owned()).or_default() += 1;
+            if let Some(sc) = e.self_consistency {
+                mode = format!("{mode}, {}", sc.describe());
+            }
+            *m.entry(mode).or_default() += 1;
             m
         }),
         windows_parsed: parsed.len(),
@@ -244,7 +247,7 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
     let _ =
         writeln!(md, "| JSON validity (windows) | {} ({} / {}) |", pct(stats.json_validity), stats.windows_parsed, stats.windows_finished);
     for (mode, n) in &stats.windows_per_mode {
-        let _ = writeln!(md, "| · labelled in {mode} mode | {n} |");
+        let _ = writeln!(md, "| · labelled in {mode} | {n} |");
     }
     for (kind, n) in &stats.failures {
         let _ = writeln!(md, "| · reply not whole: {kind} | {n} |");

@@ -6,7 +6,9 @@
 //! - The real thing (skipped unless SmolLM2-135M is installed, or failing when
 //!   `MEMKIT_REQUIRE_MODELS=1`): `memkit serve` over SmolLM2 as an OpenAI teacher and the same
 //!   GGUF in-process write the same records; a second run asks nothing; a lost ledger is
-//!   rebuilt from the cache.
+//!   rebuilt from the cache. With self-consistency each request is asked three times (the
+//!   greedy reply from the cache of a plain run, two seeded draws), and what all three hold is
+//!   what the greedy reply held.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -221,6 +223,46 @@ fn served_and_local_teachers_agree_and_reruns_cost_nothing() {
     let summary = distill(&local, &cache).unwrap();
     assert_eq!(summary.from_cache, 0, "the local teacher has its own cache keys");
     assert_eq!(records(&http), records(&local));
+}
+
+#[test]
+fn self_consistency_draws_each_request_and_keeps_what_every_reply_holds() {
+    use memkit_teacher::vote::SelfConsistency;
+    let Some(gguf) = smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let teacher = format!("kind = \"local\"\nmodel = \"{}\"\nthreads = 1\nbatch = 3", gguf.display());
+    // No re-asks: a re-ask of the voted reply is another request than the greedy one's.
+    let mut plain = recipe(&dir.path().join("plain"), 1, &teacher);
+    plain.labelling.repair = false;
+    let first = distill(&plain, &cache).unwrap();
+    assert_eq!(first.labelled + first.unparsable, 1, "{first:?}");
+    let mut voted = recipe(&dir.path().join("voted"), 1, &teacher);
+    voted.labelling.repair = false;
+    voted.labelling.self_consistency = SelfConsistency { samples: 3, agree: 3, ..SelfConsistency::default() };
+    let summary = distill(&voted, &cache).unwrap();
+    assert_eq!(summary.from_cache, 0, "the draws are new requests");
+    let entries: Vec<Entry> = ledger::read(&ledger_path(&voted.out_dir())).unwrap();
+    let greedy: Vec<Entry> = ledger::read(&ledger_path(&plain.out_dir())).unwrap();
+    for e in &entries {
+        let g = greedy.iter().find(|g| g.window_id == e.window_id).unwrap();
+        // One window request became three.
+        assert_eq!((g.requests, e.requests), (1, 3));
+        assert!(e.usage.completion_tokens > g.usage.completion_tokens, "{e:?}");
+        // A record every reply holds is in the greedy reply, in its wording.
+        for r in &e.records {
+            let quoted = serde_json::to_string(&r.content).unwrap();
+            assert!(
+                g.records.iter().any(|k| k.content == r.content) || g.dropped.iter().any(|d| d.raw.contains(&quoted)),
+                "{r:?} not in {g:?}"
+            );
+        }
+    }
+    // Seeded draws: a lost ledger is rebuilt from the cache alone, record for record.
+    let before = records(&voted);
+    std::fs::remove_file(ledger_path(&voted.out_dir())).unwrap();
+    assert_eq!(distill(&voted, &cache).unwrap().from_cache, 1);
+    assert_eq!(records(&voted), before);
 }
 
 #[test]

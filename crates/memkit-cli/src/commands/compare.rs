@@ -258,6 +258,30 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 }
 
 /// Each records file against the gold: a table on stdout, and the report when asked.
+/// Mean seconds per window in the extraction ledger beside `records` (`<records>.windows.jsonl`,
+/// see `memkit extract`): each window's `extraction.usage.millis` over its `batch`, over the
+/// windows that were timed (not answered from a reply cache). `None` when there is no ledger or
+/// no timed window.
+fn seconds_per_window(records: &Path) -> anyhow::Result<Option<f64>> {
+    let ledger = PathBuf::from(format!("{}.windows.jsonl", records.display()));
+    if !ledger.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&ledger).with_context(|| format!("cannot read {}", ledger.display()))?;
+    let mut seconds = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let entry: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", ledger.display(), n + 1))?;
+        let millis = entry["extraction"]["usage"]["millis"]
+            .as_f64()
+            .with_context(|| format!("{}:{}: no extraction.usage.millis", ledger.display(), n + 1))?;
+        // A window answered from a reply cache has no time of its own (0).
+        if millis > 0.0 {
+            seconds.push(millis / entry["batch"].as_f64().unwrap_or(1.0).max(1.0) / 1000.0);
+        }
+    }
+    Ok((!seconds.is_empty()).then(|| seconds.iter().sum::<f64>() / seconds.len() as f64))
+}
+
 fn gold(args: &Args) -> anyhow::Result<()> {
     let mut gold = Vec::new();
     for path in &args.gold {
@@ -272,7 +296,8 @@ fn gold(args: &Args) -> anyhow::Result<()> {
             .iter()
             .map(|g| Ok((g.display().to_string(), memkit_eval::gold::compare(&memkit_eval::gold::read_gold(g)?, &records))))
             .collect::<anyhow::Result<_>>()?;
-        rows.push((name.to_owned(), path.to_owned(), memkit_eval::gold::compare(&gold, &records), per_file));
+        let seconds = seconds_per_window(Path::new(path))?;
+        rows.push((name.to_owned(), path.to_owned(), seconds, memkit_eval::gold::compare(&gold, &records), per_file));
     }
     let mut md = String::new();
     use std::fmt::Write as _;
@@ -293,16 +318,22 @@ Made by `{command}`{}.
 ");
     let _ = writeln!(
         md,
-        "| records | gold | records | matched | precision | recall | F1 |
-|---|---:|---:|---:|---:|---:|---:|"
+        "| records | gold | records | matched | precision | recall | F1 | s / window |
+|---|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for (name, _, a, _) in &rows {
+    for (name, _, seconds, a, _) in &rows {
+        let seconds = seconds.map_or_else(|| "–".to_owned(), |s| format!("{s:.1}"));
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** |",
+            "| {name} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {seconds} |",
             a.reference_records, a.candidate_records, a.matched, a.precision, a.recall, a.f1
         );
     }
+    let _ = writeln!(
+        md,
+        "
+*s / window*: a model's seconds per window on this machine, from the extraction ledger beside the records (`<records>.windows.jsonl`: each window's time, shared time split by the windows decoded with it, over the windows not answered from the reply cache); – where there is none (the rule extractor, observations, a run answered from the cache)."
+    );
     let fields = ["type", "time", "location", "reason", "purpose", "keywords"];
     let _ = writeln!(
         md,
@@ -314,7 +345,7 @@ Made by `{command}`{}.
         fields.join(" | "),
         "---:|".repeat(fields.len())
     );
-    for (name, _, a, _) in &rows {
+    for (name, _, _, a, _) in &rows {
         let cells: Vec<String> = fields
             .iter()
             .map(|f| format!("{:.2} / {:.3}", a.fields.get(*f).unwrap_or(&0.0), a.field_recall.get(*f).unwrap_or(&0.0)))
@@ -335,7 +366,7 @@ Made by `{command}`{}.
             args.gold.iter().map(|g| format!("`{}`", g.display())).collect::<Vec<_>>().join(" | "),
             "---:|".repeat(args.gold.len())
         );
-        for (name, _, _, per_file) in &rows {
+        for (name, _, _, _, per_file) in &rows {
             let cells: Vec<String> = per_file.iter().map(|(_, a)| format!("{:.3} / {:.3} / {:.3}", a.precision, a.recall, a.f1)).collect();
             let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
         }
@@ -348,8 +379,8 @@ Made by `{command}`{}.
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let metrics: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, path, a, per_file)| {
-                serde_json::json!({"name": name, "records": path, "agreement": a,
+            .map(|(name, path, seconds, a, per_file)| {
+                serde_json::json!({"name": name, "records": path, "seconds_per_window": seconds, "agreement": a,
                     "per_gold_file": per_file.iter().map(|(g, a)| serde_json::json!({"gold": g, "agreement": a})).collect::<Vec<_>>()})
             })
             .collect();
@@ -447,6 +478,24 @@ mod tests {
         let (a, cleaning) = score_replies(&[row(&teacher)], &[reply], &cleaner).unwrap();
         assert_eq!(cleaning, Cleaning { dropped: 0, rows_without_window: 1 });
         assert!((a.f1 - 2.0 / 3.0).abs() < 1e-12, "{a:?}");
+    }
+
+    /// Seconds per window: a batch's time is split among its windows, and cached windows (0 ms)
+    /// are left out: (2,000 / 2 + 3,000 / 1) / 2 windows = 2 s. A bad line names file and line.
+    #[test]
+    fn seconds_per_window_split_batches_and_skip_cached_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = dir.path().join("teacher.jsonl");
+        assert_eq!(seconds_per_window(&records).unwrap(), None, "no ledger");
+        let line = |batch: u32, millis: u64| format!(r#"{{"batch":{batch},"extraction":{{"usage":{{"millis":{millis}}}}}}}"#);
+        let ledger = dir.path().join("teacher.jsonl.windows.jsonl");
+        std::fs::write(&ledger, [line(2, 2000), line(1, 0), line(1, 3000)].join("\n")).unwrap();
+        assert_eq!(seconds_per_window(&records).unwrap(), Some(2.0));
+        std::fs::write(&ledger, line(1, 0)).unwrap();
+        assert_eq!(seconds_per_window(&records).unwrap(), None, "every window from the cache");
+        std::fs::write(&ledger, format!("{}\n{{\"batch\": 1}}", line(1, 5))).unwrap();
+        let e = seconds_per_window(&records).unwrap_err().to_string();
+        assert!(e.contains("teacher.jsonl.windows.jsonl:2"), "{e}");
     }
 
     /// `--save-replies` writes what `--replies` reads: the same texts, in row order.

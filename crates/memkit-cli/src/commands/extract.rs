@@ -17,6 +17,7 @@ use memkit_teacher::cache::Cache;
 use memkit_teacher::corpus::{CorpusWindow, SourceKind};
 use memkit_teacher::recipe::{GenerationSpec, LabellingSpec, Mode};
 use memkit_teacher::teacher::Teacher;
+use memkit_teacher::vote::SelfConsistency;
 use serde::{Deserialize, Serialize};
 
 use super::{DialogueArgs, Format};
@@ -98,6 +99,16 @@ pub struct Args {
     /// Messages before a request's first one shown as context, with --teach decomposed.
     #[arg(long, default_value_t = 2, requires = "teach")]
     context: usize,
+    /// Self-consistency with --teach: replies per request, the greedy one and draws at
+    /// --temperature (1: the greedy reply alone).
+    #[arg(long, default_value_t = 1, requires = "teach")]
+    samples: usize,
+    /// Self-consistency: replies of --samples that must hold a record for it to be kept.
+    #[arg(long, default_value_t = 1, requires = "teach")]
+    agree: usize,
+    /// Self-consistency: temperature of the draws.
+    #[arg(long, default_value_t = SelfConsistency::default().temperature, requires = "teach")]
+    temperature: f32,
     /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
     #[arg(long, requires = "teach")]
     cache_dir: Option<PathBuf>,
@@ -391,6 +402,9 @@ fn extractor_key(args: &Args, gguf: Option<&Path>, cleaner: &Cleaner) -> anyhow:
         Some(Mode::Window) => key.push_str(" teach=window"),
         None => {}
     }
+    if args.teach.is_some() && args.samples > 1 {
+        key.push_str(&format!(" samples={} agree={} temperature={}", args.samples, args.agree, args.temperature));
+    }
     key.push(' ');
     key.push_str(&cleaner.id());
     Ok(key)
@@ -518,8 +532,12 @@ fn model_of(args: &Args, gguf: Option<&Path>, config: ExtractConfig) -> anyhow::
         }
     };
     if let Some(chat) = chat {
-        let labelling = LabellingSpec { mode: args.teach, group: args.group, context: args.context, ..LabellingSpec::default() };
+        let self_consistency =
+            SelfConsistency { samples: args.samples, agree: args.agree, temperature: args.temperature, ..SelfConsistency::default() };
+        let labelling =
+            LabellingSpec { mode: args.teach, group: args.group, context: args.context, self_consistency, ..LabellingSpec::default() };
         anyhow::ensure!((1..=3).contains(&args.group), "--group {} must be 1, 2 or 3", args.group);
+        self_consistency.check().map_err(|e| anyhow::anyhow!("--samples / --agree / --temperature: {e}"))?;
         let generation = GenerationSpec {
             max_memories: args.generation.max_memories,
             max_tokens: args.generation.max_tokens,
