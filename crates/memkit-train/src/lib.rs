@@ -129,7 +129,7 @@ impl std::str::FromStr for Backend {
             if name == "libtorch" || name == "libtorch-cuda" {
                 format!(
                     "backend {name} needs a memkit built with the `tch` feature (cargo build -p memkit-cli --features tch, \
-                     with LibTorch found as `just train-tch` sets up); this build has: {have}"
+                     with LibTorch found as `just train` sets up); this build has: {have}"
                 )
             } else if name == "cuda" {
                 format!(

@@ -38,7 +38,7 @@ pub struct Args {
     max_steps: Option<usize>,
     /// The backend: `flex` (burn's pure-Rust CPU kernels, always built), `libtorch` (LibTorch's
     /// CPU kernels, ~4× faster here) or `libtorch-cuda` (its CUDA kernels on GPU 0), both in a
-    /// build with the `tch` feature (`just train-tch`), or `cuda` (burn's CubeCL runtime on an
+    /// build with the `tch` feature (`just train` makes it in target/tch), or `cuda` (burn's CubeCL runtime on an
     /// NVIDIA GPU; a build with the `cuda` feature).
     #[arg(long, default_value = "flex")]
     backend: memkit_train::Backend,
