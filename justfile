@@ -61,11 +61,13 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # data it learnt from: windows of 5 messages with 1 of context for a whole-window student
 # (`student-windows`), of 2 (one message and the one before it) for a student of `messages/`
 # (`student-messages`); a few minutes. Both join the table when their records are there.
-# `samples=3 agree=2` labels with self-consistency (the greedy reply and 2 draws at temperature
-# 0.7 per request, a record kept when 2 of the 3 hold it; row `teacher-<mode>-sc3of2`), at
-# `samples` times the teacher's time; every teacher row labelled so far stays in the table.
+# `samples=3 choose=vote agree=2` labels with self-consistency (the greedy reply and 2 draws at
+# temperature 0.7 per request, a record kept when 2 of the 3 hold it; row
+# `teacher-<mode>-vote3of2`), `samples=3 choose=best` with best-of-3 by what cleaning keeps (row
+# `teacher-<mode>-best3`), at `samples` times the teacher's time; every teacher row labelled so
+# far stays in the table.
 [doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
-gold mode="decomposed" student="" student_window="5" samples="1" agree="1" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+gold mode="decomposed" student="" student_window="5" samples="1" choose="vote" agree="1" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
     set -euo pipefail
     out=data/extracted/gold
@@ -77,7 +79,10 @@ gold mode="decomposed" student="" student_window="5" samples="1" agree="1" data=
     tokens=400; if [ {{mode}} = window ]; then tokens=1024; fi
     teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}}"
     labelling={{mode}}
-    if [ {{samples}} != 1 ]; then teacher="$teacher --samples {{samples}} --agree {{agree}}"; labelling={{mode}}-sc{{samples}}of{{agree}}; fi
+    if [ {{samples}} != 1 ]; then
+        teacher="$teacher --samples {{samples}} --choose {{choose}} --agree {{agree}}"
+        labelling={{mode}}-$([ {{choose}} = vote ] && echo vote{{samples}}of{{agree}} || echo {{choose}}{{samples}})
+    fi
     {{memkit}} --quiet extract $locomo --extractor rule --restart -o $out/rule-conv30.jsonl
     {{memkit}} --quiet extract $lme --extractor rule --restart -o $out/rule-lme.jsonl
     {{memkit}} --quiet extract $locomo --extractor observations --restart -o $out/observations-conv30.jsonl

@@ -38,8 +38,8 @@ pub struct Ask {
     pub request: ChatRequest,
     /// Its cache key.
     pub key: String,
-    /// Self-consistency: the same request drawn at a temperature, with their cache keys (none
-    /// for one greedy reply; see [`crate::vote`]).
+    /// The same request drawn at a temperature, with their cache keys (none for one greedy
+    /// reply; see [`crate::samples`]).
     pub draws: Vec<(ChatRequest, String)>,
 }
 
@@ -68,7 +68,7 @@ pub fn plan(
         let request =
             ChatRequest { avoid_repeats: labelling.avoid_repeats, ..ChatRequest::new(messages, config.max_tokens).with_schema(schema) };
         let draws = labelling
-            .self_consistency
+            .samples
             .draws(&request)
             .into_iter()
             .map(|draw| {

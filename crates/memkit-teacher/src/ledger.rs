@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::SourceKind;
 use crate::label::Repair;
 use crate::recipe::Mode;
-use crate::vote::SelfConsistency;
+use crate::samples::Samples;
 use crate::{Error, Result};
 
 /// The ledger of finished windows in an output folder.
@@ -97,10 +97,10 @@ pub struct Entry {
     /// thresholds and embedder); empty in entries written before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cleaner: String,
-    /// Self-consistency, when the replies were voted on ([`crate::vote`]); absent for one greedy
-    /// reply per request.
+    /// Several replies per request and how they became one ([`crate::samples`]); absent for one
+    /// greedy reply per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub self_consistency: Option<SelfConsistency>,
+    pub samples: Option<Samples>,
 }
 
 fn yes() -> bool {

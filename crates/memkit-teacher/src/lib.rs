@@ -23,9 +23,9 @@ pub mod label;
 pub mod ledger;
 pub mod recipe;
 pub mod run;
+pub mod samples;
 pub mod stats;
 pub mod teacher;
-pub mod vote;
 
 pub use recipe::DistillRecipe;
 pub use run::{Progress, RunOptions, RunSummary, run};

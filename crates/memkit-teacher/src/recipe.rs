@@ -21,7 +21,7 @@ use memkit_prompt::PromptName;
 use memkit_schema::ExtractorSchemaOptions;
 use serde::{Deserialize, Serialize};
 
-use crate::vote::SelfConsistency;
+use crate::samples::Samples;
 use crate::{Error, Result};
 
 /// A whole distill recipe.
@@ -199,22 +199,14 @@ pub struct LabellingSpec {
     pub repair: bool,
     /// Damp repeats inside a reply (llama.cpp's DRY sampler; local teachers).
     pub avoid_repeats: bool,
-    /// Ask each request several times and keep what enough replies hold
-    /// (`[labelling.self_consistency]`; default one greedy reply).
-    pub self_consistency: SelfConsistency,
+    /// Ask each request several times and make the replies one: self-consistency or best-of-n
+    /// (`[labelling.samples]`; default one greedy reply).
+    pub samples: Samples,
 }
 
 impl Default for LabellingSpec {
     fn default() -> Self {
-        Self {
-            mode: None,
-            group: 1,
-            context: 2,
-            prefilter: true,
-            repair: true,
-            avoid_repeats: true,
-            self_consistency: SelfConsistency::default(),
-        }
+        Self { mode: None, group: 1, context: 2, prefilter: true, repair: true, avoid_repeats: true, samples: Samples::default() }
     }
 }
 
@@ -409,8 +401,8 @@ impl DistillRecipe {
         if !(1..=3).contains(&self.labelling.group) {
             return bad(format!("labelling.group = {} must be 1, 2 or 3 messages per request", self.labelling.group));
         }
-        if let Err(e) = self.labelling.self_consistency.check() {
-            return bad(format!("labelling.self_consistency: {e}"));
+        if let Err(e) = self.labelling.samples.check() {
+            return bad(format!("labelling.samples: {e}"));
         }
         if !(0.0..1.0).contains(&self.output.valid_share) {
             return bad(format!("output.valid_share = {} must be in [0, 1)", self.output.valid_share));

@@ -1,6 +1,6 @@
 //! The distillation loop: draw the windows, skip the finished ones, plan each window's requests
-//! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest (with
-//! self-consistency, each request several times, voted into one reply: [`crate::vote`]), re-ask
+//! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest (each
+//! request several times where the recipe says, made one reply: [`crate::samples`]), re-ask
 //! replies with first-person records once, assemble, clean ([`memkit_clean::Cleaner`]: ground,
 //! validate, one record per fact), and append each finished window to the ledgers as soon as it
 //! is done.
@@ -19,7 +19,7 @@ use crate::label::{self, Plan, Repair};
 use crate::ledger::{self, Entry, Failure, Ledger, Status, failures_path, ledger_path};
 use crate::recipe::{DistillRecipe, GenerationSpec, LabellingSpec, Mode};
 use crate::teacher::Teacher;
-use crate::{Error, Result, vote};
+use crate::{Error, Result};
 
 /// Backend failures in a row after which the run stops (the teacher is down).
 const MAX_FAILURES_IN_A_ROW: usize = 8;
@@ -160,7 +160,7 @@ pub fn label_windows(
                 let reply = if a.draws.is_empty() {
                     replies.pop().expect("one reply")
                 } else {
-                    vote::vote(&l.window.window, &replies, labelling.self_consistency.agree)
+                    labelling.samples.choose(&l.window.window, &replies, cleaner)?
                 };
                 l.replies.push(reply);
             }
@@ -250,7 +250,7 @@ fn finish(
         time_fixes: 0,
         complete: false,
         cleaner: cleaner.id(),
-        self_consistency: labelling.self_consistency.votes().then_some(labelling.self_consistency),
+        samples: labelling.samples.several().then_some(labelling.samples),
     };
     if let Some((kind, reason)) = whole_failure(&extraction.errors) {
         entry.status = Status::Unparsable;

@@ -158,8 +158,8 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
                 Some(crate::recipe::Mode::Decomposed) => "decomposed mode".to_owned(),
                 _ => "window mode".to_owned(),
             };
-            if let Some(sc) = e.self_consistency {
-                mode = format!("{mode}, {}", sc.describe());
+            if let Some(samples) = e.samples {
+                mode = format!("{mode}, {}", samples.describe());
             }
             *m.entry(mode).or_default() += 1;
             m

@@ -6,9 +6,9 @@
 //! - The real thing (skipped unless SmolLM2-135M is installed, or failing when
 //!   `MEMKIT_REQUIRE_MODELS=1`): `memkit serve` over SmolLM2 as an OpenAI teacher and the same
 //!   GGUF in-process write the same records; a second run asks nothing; a lost ledger is
-//!   rebuilt from the cache. With self-consistency each request is asked three times (the
-//!   greedy reply from the cache of a plain run, two seeded draws), and what all three hold is
-//!   what the greedy reply held.
+//!   rebuilt from the cache. With three replies per request (the greedy one from the cache of a
+//!   plain run, two seeded draws) a vote of all three keeps only what the greedy reply held, and
+//!   best-of-3 keeps at least as many records as the greedy reply.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -226,8 +226,8 @@ fn served_and_local_teachers_agree_and_reruns_cost_nothing() {
 }
 
 #[test]
-fn self_consistency_draws_each_request_and_keeps_what_every_reply_holds() {
-    use memkit_teacher::vote::SelfConsistency;
+fn several_replies_per_request_are_voted_on_or_the_best_is_kept() {
+    use memkit_teacher::samples::{Choose, Samples};
     let Some(gguf) = smollm2() else { return };
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
@@ -239,7 +239,7 @@ fn self_consistency_draws_each_request_and_keeps_what_every_reply_holds() {
     assert_eq!(first.labelled + first.unparsable, 1, "{first:?}");
     let mut voted = recipe(&dir.path().join("voted"), 1, &teacher);
     voted.labelling.repair = false;
-    voted.labelling.self_consistency = SelfConsistency { samples: 3, agree: 3, ..SelfConsistency::default() };
+    voted.labelling.samples = Samples { n: 3, agree: 3, ..Samples::default() };
     let summary = distill(&voted, &cache).unwrap();
     assert_eq!(summary.from_cache, 0, "the draws are new requests");
     let entries: Vec<Entry> = ledger::read(&ledger_path(&voted.out_dir())).unwrap();
@@ -263,6 +263,16 @@ fn self_consistency_draws_each_request_and_keeps_what_every_reply_holds() {
     std::fs::remove_file(ledger_path(&voted.out_dir())).unwrap();
     assert_eq!(distill(&voted, &cache).unwrap().from_cache, 1);
     assert_eq!(records(&voted), before);
+
+    // Best-of-3 over the same three replies (all cached): cleaning keeps at least as many of the
+    // chosen reply as of the greedy one (a window-mode request is the whole window).
+    let mut best = recipe(&dir.path().join("best"), 1, &teacher);
+    best.labelling.repair = false;
+    best.labelling.samples = Samples { n: 3, choose: Choose::Best, ..Samples::default() };
+    assert_eq!(distill(&best, &cache).unwrap().from_cache, 1);
+    let entries: Vec<Entry> = ledger::read(&ledger_path(&best.out_dir())).unwrap();
+    assert_eq!(entries[0].samples, Some(best.labelling.samples));
+    assert!(entries[0].records.len() >= greedy[0].records.len(), "{entries:?} {greedy:?}");
 }
 
 #[test]

@@ -16,8 +16,8 @@ use memkit_schema::{MemoryRecord, RecordError};
 use memkit_teacher::cache::Cache;
 use memkit_teacher::corpus::{CorpusWindow, SourceKind};
 use memkit_teacher::recipe::{GenerationSpec, LabellingSpec, Mode};
+use memkit_teacher::samples::{Choose, Samples};
 use memkit_teacher::teacher::Teacher;
-use memkit_teacher::vote::SelfConsistency;
 use serde::{Deserialize, Serialize};
 
 use super::{DialogueArgs, Format};
@@ -99,15 +99,19 @@ pub struct Args {
     /// Messages before a request's first one shown as context, with --teach decomposed.
     #[arg(long, default_value_t = 2, requires = "teach")]
     context: usize,
-    /// Self-consistency with --teach: replies per request, the greedy one and draws at
-    /// --temperature (1: the greedy reply alone).
+    /// With --teach: replies per request, the greedy one and draws at --temperature, made one
+    /// by --choose (1: the greedy reply alone).
     #[arg(long, default_value_t = 1, requires = "teach")]
     samples: usize,
-    /// Self-consistency: replies of --samples that must hold a record for it to be kept.
+    /// How --samples replies become one: `vote` (self-consistency: the records --agree of them
+    /// hold) or `best` (best-of-n: the reply cleaning keeps most records of).
+    #[arg(long, default_value = "vote", value_parser = parse_choose, requires = "teach")]
+    choose: Choose,
+    /// --choose vote: replies that must hold a record for it to be kept.
     #[arg(long, default_value_t = 1, requires = "teach")]
     agree: usize,
-    /// Self-consistency: temperature of the draws.
-    #[arg(long, default_value_t = SelfConsistency::default().temperature, requires = "teach")]
+    /// Temperature of the draws of --samples.
+    #[arg(long, default_value_t = Samples::default().temperature, requires = "teach")]
     temperature: f32,
     /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
     #[arg(long, requires = "teach")]
@@ -403,7 +407,9 @@ fn extractor_key(args: &Args, gguf: Option<&Path>, cleaner: &Cleaner) -> anyhow:
         None => {}
     }
     if args.teach.is_some() && args.samples > 1 {
-        key.push_str(&format!(" samples={} agree={} temperature={}", args.samples, args.agree, args.temperature));
+        let samples =
+            Samples { n: args.samples, choose: args.choose, agree: args.agree, temperature: args.temperature, ..Samples::default() };
+        key.push_str(&format!(" samples={} temperature={}", samples.label(), args.temperature));
     }
     key.push(' ');
     key.push_str(&cleaner.id());
@@ -414,6 +420,14 @@ fn extractor_key(args: &Args, gguf: Option<&Path>, cleaner: &Cleaner) -> anyhow:
 fn grounding(args: &Args) -> GroundingConfig {
     let d = GroundingConfig::default();
     GroundingConfig { min_support: args.min_support.unwrap_or(d.min_support), margin: args.margin.unwrap_or(d.margin), ..d }
+}
+
+fn parse_choose(text: &str) -> Result<Choose, String> {
+    match text {
+        "vote" => Ok(Choose::Vote),
+        "best" => Ok(Choose::Best),
+        other => Err(format!("{other:?} is not a way to choose: vote or best")),
+    }
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -532,12 +546,11 @@ fn model_of(args: &Args, gguf: Option<&Path>, config: ExtractConfig) -> anyhow::
         }
     };
     if let Some(chat) = chat {
-        let self_consistency =
-            SelfConsistency { samples: args.samples, agree: args.agree, temperature: args.temperature, ..SelfConsistency::default() };
-        let labelling =
-            LabellingSpec { mode: args.teach, group: args.group, context: args.context, self_consistency, ..LabellingSpec::default() };
+        let samples =
+            Samples { n: args.samples, choose: args.choose, agree: args.agree, temperature: args.temperature, ..Samples::default() };
+        let labelling = LabellingSpec { mode: args.teach, group: args.group, context: args.context, samples, ..LabellingSpec::default() };
         anyhow::ensure!((1..=3).contains(&args.group), "--group {} must be 1, 2 or 3", args.group);
-        self_consistency.check().map_err(|e| anyhow::anyhow!("--samples / --agree / --temperature: {e}"))?;
+        samples.check().map_err(|e| anyhow::anyhow!("--samples / --choose / --agree / --temperature: {e}"))?;
         let generation = GenerationSpec {
             max_memories: args.generation.max_memories,
             max_tokens: args.generation.max_tokens,
