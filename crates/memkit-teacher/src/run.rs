@@ -136,7 +136,7 @@ pub fn label_windows(
             failed: None,
         })
         .collect();
-    // Each ask's request, then its self-consistency draws (none by default).
+    // Each ask's request, then its draws (several replies per request; none by default).
     let requests: Vec<(&ChatRequest, &str)> = work
         .iter()
         .flat_map(|l| l.plan.asks.iter())
