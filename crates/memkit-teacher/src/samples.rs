@@ -118,13 +118,8 @@ impl Samples {
 
 /// Every reply's tokens and time, summed; `hit_max_tokens` from `cut`.
 fn summed(replies: &[(String, Usage)], cut: bool) -> Usage {
-    let mut usage = Usage { hit_max_tokens: cut, ..Usage::default() };
-    for (_, u) in replies {
-        usage.prompt_tokens += u.prompt_tokens;
-        usage.completion_tokens += u.completion_tokens;
-        usage.millis += u.millis;
-    }
-    usage
+    let usage = replies.iter().fold(Usage::default(), |sum, (_, u)| sum.plus(*u));
+    Usage { hit_max_tokens: cut, ..usage }
 }
 
 /// The replies as parsed, `None` for one that is not whole.
