@@ -64,10 +64,11 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # `samples=3 choose=vote agree=2` labels with self-consistency (the greedy reply and 2 draws at
 # temperature 0.7 per request, a record kept when 2 of the 3 hold it; row
 # `teacher-<mode>-vote3of2`), `samples=3 choose=best` with best-of-3 by what cleaning keeps (row
-# `teacher-<mode>-best3`), at `samples` times the teacher's time; every teacher row labelled so
-# far stays in the table.
+# `teacher-<mode>-best3`), at `samples` times the teacher's time; `repair=dropped` also re-asks
+# each request whose records cleaning drops every one of (row `teacher-<mode>-repaired`). Every
+# teacher row labelled so far stays in the table.
 [doc('Score the rule extractor, observations, the teacher and a student on the gold set -> reports/gold/')]
-gold mode="decomposed" student="" student_window="5" samples="1" choose="vote" agree="1" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
+gold mode="decomposed" student="" student_window="5" samples="1" choose="vote" agree="1" repair="first-person" data=env_var_or_default("MEMKIT_SHARED_DATA", "../shared/data"): build
     #!/usr/bin/env bash
     set -euo pipefail
     out=data/extracted/gold
@@ -82,6 +83,12 @@ gold mode="decomposed" student="" student_window="5" samples="1" choose="vote" a
     if [ {{samples}} != 1 ]; then
         teacher="$teacher --samples {{samples}} --choose {{choose}} --agree {{agree}}"
         labelling={{mode}}-$([ {{choose}} = vote ] && echo vote{{samples}}of{{agree}} || echo {{choose}}{{samples}})
+    fi
+    if [ {{repair}} = dropped ]; then
+        teacher="$teacher --repair-dropped"
+        labelling=$labelling-repaired
+    elif [ {{repair}} != first-person ]; then
+        echo "repair={{repair}}: first-person (the default) or dropped" >&2; exit 2
     fi
     {{memkit}} --quiet extract $locomo --extractor rule --restart -o $out/rule-conv30.jsonl
     {{memkit}} --quiet extract $lme --extractor rule --restart -o $out/rule-lme.jsonl

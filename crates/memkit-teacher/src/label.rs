@@ -15,12 +15,13 @@
 //! names each problem, and a `time` that has an exact normalised form gets it
 //! ([`memkit_text::time::normalise_time`], in record cleaning).
 
+use memkit_clean::{Cleaner, DropReason};
 use memkit_data::{Window, WindowMessage};
 use memkit_infer::chat::ChatRequest;
 use memkit_infer::reply::Usage;
 use memkit_infer::{ExtractConfig, Extraction};
 use memkit_prompt::{ChatMessage, Prompts};
-use memkit_schema::Role;
+use memkit_schema::{ExtractedMemory, Role};
 use memkit_text::person::first_person;
 use memkit_text::words::{is_filler, tokens};
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::cache::request_key;
 use crate::recipe::{GenerationSpec, LabellingSpec, Mode};
+use crate::samples::verified;
 
 /// One request of a window's labelling.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,17 +231,36 @@ pub struct Repair {
     pub problems: Vec<String>,
     /// Whether the second reply came back whole and without the problems (and replaced the first).
     pub fixed: bool,
+    /// Whether cleaning had dropped every record of the first reply (the recipe's
+    /// `repair_dropped`); a fixed reply then keeps at least one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_dropped: bool,
+}
+
+/// What a re-ask is for: the lines it names, and whether the reply kept nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems {
+    /// One line per record: what is wrong and what to write instead.
+    pub lines: Vec<String>,
+    /// Whether cleaning keeps none of the reply's records (checked only with a cleaner, on a
+    /// whole reply; also true of a reply with no records).
+    pub kept_nothing: bool,
 }
 
 /// The problems of a reply that a re-ask can fix: records in the first person, and records
-/// about another speaker than the message's ([`memkit_clean::other_person`]).
-pub fn problems(window: &Window, reply: &str) -> Vec<String> {
+/// about another speaker than the message's ([`memkit_clean::other_person`]). With `cleaner`
+/// (the recipe's `repair_dropped`), also a whole reply with records of which cleaning keeps
+/// none ([`crate::samples::verified`]): each record dropped for a fault of its wording (not
+/// supported by the message, naming no one) gets a line. (Grounding sets `time` from the
+/// message, so no time faults are left to name; duplicates and restated context are not faults.)
+pub fn problems(window: &Window, reply: &str, cleaner: Option<&Cleaner>) -> Result<Problems> {
     let parsed = Extraction::from_output(window, reply.to_owned(), Usage::default());
-    parsed
+    let name = |r: &ExtractedMemory| window.message(r.source_id).map_or(r.source_speaker.clone(), |m| m.turn.speaker.clone());
+    let mut lines: Vec<String> = parsed
         .records
         .iter()
         .filter_map(|r| {
-            let name = window.message(r.source_id).map_or(r.source_speaker.as_str(), |m| m.turn.speaker.as_str());
+            let name = name(r);
             if first_person(&r.content) {
                 Some(format!("\"{}\" speaks as the speaker: write it in the third person and name {name}.", r.content))
             } else {
@@ -247,7 +268,26 @@ pub fn problems(window: &Window, reply: &str) -> Vec<String> {
                     .map(|other| format!("\"{}\" is about {other}, but the message is {name}'s and does not mention {other}: write what it tells about {name}.", r.content))
             }
         })
-        .collect()
+        .collect();
+    let Some(cleaner) = cleaner else { return Ok(Problems { lines, kept_nothing: false }) };
+    let Some(cleaned) = verified(window, reply, cleaner)? else { return Ok(Problems { lines, kept_nothing: false }) };
+    let kept_nothing = cleaned.records.is_empty();
+    if kept_nothing {
+        for dropped in &cleaned.dropped {
+            let Ok(r) = serde_json::from_str::<ExtractedMemory>(&dropped.raw) else { continue };
+            let (content, name) = (&r.content, name(&r));
+            lines.push(match dropped.reason {
+                DropReason::Unsupported => {
+                    format!(
+                        "\"{content}\" is not what {name}'s message says: write only what the message tells about {name}, in its words."
+                    )
+                }
+                DropReason::Impersonal => format!("\"{content}\" names no one: write what it tells about {name}, naming {name}."),
+                _ => continue,
+            });
+        }
+    }
+    Ok(Problems { lines, kept_nothing })
 }
 
 /// The follow-up request after `reply` to `ask`: the same chat, the reply, and `repair.j2`
@@ -297,7 +337,7 @@ mod tests {
             record(5, "Gina", "Jon started his own business."),
         ]})
         .to_string();
-        let problems = problems(&window(), &reply);
+        let problems = problems(&window(), &reply, None).unwrap().lines;
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("speaks as the speaker") && problems[0].contains("name Jon"), "{problems:?}");
         assert!(problems[1].contains("is about Jon, but the message is Gina's"), "{problems:?}");
@@ -381,7 +421,7 @@ mod tests {
     fn first_person_records_get_one_named_re_ask() {
         let w = window();
         let reply = r#"{"memories":[{"source_id":2,"source_speaker":"Jon","content":"I lost my job as a banker.","dimension":{"memory_type":"episodic","time":"","location":"","reason":"","purpose":"","keywords":[]}}]}"#;
-        let found = problems(&w, reply);
+        let found = problems(&w, reply, None).unwrap().lines;
         assert_eq!(found, ["\"I lost my job as a banker.\" speaks as the speaker: write it in the third person and name Jon."]);
         let spec = LabellingSpec::default();
         let prompts = Prompts::embedded().unwrap();
@@ -390,5 +430,35 @@ mod tests {
         assert_eq!(again.messages.len(), 4);
         assert_eq!(again.messages[2].content, reply);
         assert!(again.messages[3].content.contains("name Jon"));
+    }
+
+    #[test]
+    fn a_reply_cleaning_keeps_nothing_of_is_re_asked_naming_each_fault_only_when_asked() {
+        let w = window();
+        // A decomposed reply: no speaker (assembly and the verifier take Jon's from message 2).
+        let record = |content: &str| {
+            serde_json::json!({"source_id": 2, "content": content,
+                "dimension": {"memory_type": "episodic", "time": "", "location": "", "reason": "", "purpose": "", "keywords": []}})
+        };
+        // Nothing of message 2 speaks of a puppy (unsupported); the second record takes its
+        // words from message 2 but names no one (impersonal).
+        let failing = [record("Jon adopted a puppy named Rex."), record("A banker can take a shot at starting a business.")];
+        let reply = serde_json::json!({ "memories": failing }).to_string();
+        let cleaner = Cleaner::default();
+        let found = problems(&w, &reply, Some(&cleaner)).unwrap();
+        assert!(found.kept_nothing);
+        assert_eq!(found.lines.len(), 2, "{found:?}");
+        assert!(found.lines[0].starts_with("\"Jon adopted a puppy named Rex.\" is not what Jon's message says"), "{found:?}");
+        assert!(found.lines[1].starts_with("\"A banker can take a shot at starting a business.\" names no one"), "{found:?}");
+        // Without the setting, the reply has nothing a re-ask is for.
+        assert_eq!(problems(&w, &reply, None).unwrap(), Problems::default());
+        // One record that passes: the reply keeps something, no re-ask.
+        let mut passing = failing.to_vec();
+        passing.push(record("Jon lost his job as a banker."));
+        let found = problems(&w, &serde_json::json!({ "memories": passing }).to_string(), Some(&cleaner)).unwrap();
+        assert_eq!(found, Problems::default());
+        // A reply with no records keeps nothing, but there is nothing to name.
+        let found = problems(&w, r#"{"memories":[]}"#, Some(&cleaner)).unwrap();
+        assert_eq!(found, Problems { lines: Vec::new(), kept_nothing: true });
     }
 }

@@ -101,6 +101,9 @@ pub struct Entry {
     /// greedy reply per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Samples>,
+    /// Whether replies cleaning kept none of were re-asked (the recipe's `repair_dropped`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair_dropped: bool,
 }
 
 fn yes() -> bool {

@@ -195,8 +195,14 @@ pub struct LabellingSpec {
     /// Decomposed mode: skip messages with nothing to remember (greetings, thanks, reactions,
     /// a photo without words) without asking the teacher.
     pub prefilter: bool,
-    /// Ask once more, naming the problem, when records come back in the first person.
+    /// Ask once more, naming the problem, when records come back in the first person or about
+    /// the other speaker.
     pub repair: bool,
+    /// With `repair`: also ask once more when cleaning keeps none of a reply's records, naming
+    /// why each was dropped (not supported by the message, or naming no one). Without it, 413
+    /// of 1,419 labelled messages had no target because every record was dropped, and on the
+    /// gold set 17 of 30 such messages hold a gold memory.
+    pub repair_dropped: bool,
     /// Damp repeats inside a reply (llama.cpp's DRY sampler; local teachers).
     pub avoid_repeats: bool,
     /// Ask each request several times and make the replies one: self-consistency or best-of-n
@@ -206,7 +212,16 @@ pub struct LabellingSpec {
 
 impl Default for LabellingSpec {
     fn default() -> Self {
-        Self { mode: None, group: 1, context: 2, prefilter: true, repair: true, avoid_repeats: true, samples: Samples::default() }
+        Self {
+            mode: None,
+            group: 1,
+            context: 2,
+            prefilter: true,
+            repair: true,
+            repair_dropped: false,
+            avoid_repeats: true,
+            samples: Samples::default(),
+        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! The distillation loop: draw the windows, skip the finished ones, plan each window's requests
 //! ([`crate::label`]), answer from the cache what it holds, ask the teacher for the rest (each
 //! request several times where the recipe says, made one reply: [`crate::samples`]), re-ask
-//! replies with first-person records once, assemble, clean ([`memkit_clean::Cleaner`]: ground,
-//! validate, one record per fact), and append each finished window to the ledgers as soon as it
-//! is done.
+//! once the replies with first-person records (and, where the recipe says, those cleaning keeps
+//! none of), assemble, clean ([`memkit_clean::Cleaner`]: ground, validate, one record per fact),
+//! and append each finished window to the ledgers as soon as it is done.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -167,14 +167,16 @@ pub fn label_windows(
         }
     }
 
-    // One re-ask of each reply whose records speak in the first person.
+    // One re-ask of each reply whose records speak in the first person or about the other
+    // speaker, and (with `repair_dropped`) of each reply cleaning keeps none of.
     if labelling.repair {
+        let verifier = labelling.repair_dropped.then_some(cleaner);
         let mut follow_ups = Vec::new();
         for (i, l) in work.iter().enumerate().filter(|(_, l)| l.failed.is_none()) {
             for (k, ask) in l.plan.asks.iter().enumerate() {
-                let problems = label::problems(&l.window.window, &l.replies[k].0);
-                if !problems.is_empty() {
-                    let request = label::repair_request(ask, &l.replies[k].0, &problems, prompts)?;
+                let problems = label::problems(&l.window.window, &l.replies[k].0, verifier)?;
+                if !problems.lines.is_empty() {
+                    let request = label::repair_request(ask, &l.replies[k].0, &problems.lines, prompts)?;
                     let key = request_key(teacher.id(), &request, generation);
                     follow_ups.push((i, k, request, key, problems));
                 }
@@ -193,7 +195,9 @@ pub fn label_windows(
             l.all_cached &= cached;
             l.requests += 1;
             let whole = whole_failure(&memkit_infer::Extraction::from_output(&l.window.window, text.clone(), usage).errors).is_none();
-            let fixed = whole && label::problems(&l.window.window, &text).is_empty();
+            let again = label::problems(&l.window.window, &text, verifier)?;
+            // A reply that kept nothing is fixed only by one that keeps something.
+            let fixed = whole && again.lines.is_empty() && !(problems.kept_nothing && again.kept_nothing);
             // Both replies' costs count; the second replaces the first only when it fixed it.
             let spent = l.replies[*k].1;
             if fixed {
@@ -201,7 +205,12 @@ pub fn label_windows(
             } else {
                 l.replies[*k].1 = spent.plus(Usage { hit_max_tokens: false, ..usage });
             }
-            l.repairs.push(Repair { targets: l.plan.asks[*k].targets.clone(), problems: problems.clone(), fixed });
+            l.repairs.push(Repair {
+                targets: l.plan.asks[*k].targets.clone(),
+                problems: problems.lines.clone(),
+                fixed,
+                all_dropped: problems.kept_nothing,
+            });
         }
     }
 
@@ -251,6 +260,7 @@ fn finish(
         complete: false,
         cleaner: cleaner.id(),
         samples: labelling.samples.several().then_some(labelling.samples),
+        repair_dropped: labelling.repair && labelling.repair_dropped,
     };
     if let Some((kind, reason)) = whole_failure(&extraction.errors) {
         entry.status = Status::Unparsable;

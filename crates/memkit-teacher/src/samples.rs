@@ -13,7 +13,7 @@
 //! is whole the greedy reply stays as it came, so its failure is counted as any failed reply is.
 //! The usage is every reply's, summed.
 
-use memkit_clean::{Cleaner, whole_failure};
+use memkit_clean::{Cleaned, Cleaner, whole_failure};
 use memkit_data::Window;
 use memkit_infer::Extraction;
 use memkit_infer::chat::{ChatRequest, Sample};
@@ -169,16 +169,8 @@ pub fn vote(window: &Window, replies: &[(String, Usage)], agree: usize) -> (Stri
 /// tie, then the earlier reply.
 pub fn best(window: &Window, replies: &[(String, Usage)], cleaner: &Cleaner) -> Result<(String, Usage)> {
     let mut chosen: Option<(usize, (usize, std::cmp::Reverse<usize>))> = None;
-    for (i, extraction) in parsed(window, replies).into_iter().enumerate() {
-        let Some(mut e) = extraction else { continue };
-        // A decomposed request's schema has no speaker: assembly sets it from the source
-        // message, and so does the verifier.
-        for r in e.records.iter_mut().filter(|r| r.source_speaker.is_empty()) {
-            if let Some(m) = window.message(r.source_id) {
-                r.source_speaker.clone_from(&m.turn.speaker);
-            }
-        }
-        let cleaned = cleaner.clean(window, &e.records, &e.errors)?;
+    for (i, (text, _)) in replies.iter().enumerate() {
+        let Some(cleaned) = verified(window, text, cleaner)? else { continue };
         let score = (cleaned.records.len(), std::cmp::Reverse(cleaned.dropped.len()));
         if chosen.is_none_or(|(_, s)| score > s) {
             chosen = Some((i, score));
@@ -188,6 +180,23 @@ pub fn best(window: &Window, replies: &[(String, Usage)], cleaner: &Cleaner) -> 
         Some((i, _)) => (replies[i].0.clone(), summed(replies, false)),
         None => greedy_as_it_came(replies),
     })
+}
+
+/// One reply on its own as cleaning leaves it (`None` when it is not whole): the verifier of
+/// best-of-n and of the re-ask after every record was dropped ([`crate::label::problems`]).
+/// A decomposed request's schema has no speaker: assembly sets it from the source message, and
+/// so does the verifier.
+pub fn verified(window: &Window, text: &str, cleaner: &Cleaner) -> Result<Option<Cleaned>> {
+    let mut e = Extraction::from_output(window, text.to_owned(), Usage::default());
+    if whole_failure(&e.errors).is_some() {
+        return Ok(None);
+    }
+    for r in e.records.iter_mut().filter(|r| r.source_speaker.is_empty()) {
+        if let Some(m) = window.message(r.source_id) {
+            r.source_speaker.clone_from(&m.turn.speaker);
+        }
+    }
+    Ok(Some(cleaner.clean(window, &e.records, &e.errors)?))
 }
 
 #[cfg(test)]

@@ -61,12 +61,18 @@ pub struct Stats {
     /// New (non-assistant) messages of the parsed windows.
     #[serde(default)]
     pub messages: usize,
-    /// Re-asks, and how many fixed their reply.
+    /// Re-asks of replies with first-person or other-speaker records.
     #[serde(default)]
     pub repairs: usize,
-    /// Re-asks that fixed their reply.
+    /// Of those, the re-asks that fixed their reply.
     #[serde(default)]
     pub repairs_fixed: usize,
+    /// Re-asks of replies cleaning kept none of (the recipe's `repair_dropped`).
+    #[serde(default)]
+    pub repairs_dropped: usize,
+    /// Of those, the re-asks whose reply kept a record.
+    #[serde(default)]
+    pub repairs_dropped_fixed: usize,
     /// Times rewritten to their exact normal form.
     #[serde(default)]
     pub time_fixes: usize,
@@ -161,6 +167,9 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
             if let Some(samples) = e.samples {
                 mode = format!("{mode}, {}", samples.describe());
             }
+            if e.repair_dropped {
+                mode.push_str(", re-asked when cleaning kept nothing");
+            }
             *m.entry(mode).or_default() += 1;
             m
         }),
@@ -177,8 +186,10 @@ pub fn compute(dataset: &Dataset, corpus: &Corpus, price: Option<Price>, batch: 
             .filter_map(|e| windows.get(e.window_id.as_str()))
             .map(|w| w.suffix().iter().filter(|m| m.turn.role != memkit_schema::Role::Assistant).count())
             .sum(),
-        repairs: parsed.iter().map(|e| e.repairs.len()).sum(),
-        repairs_fixed: parsed.iter().flat_map(|e| &e.repairs).filter(|r| r.fixed).count(),
+        repairs: parsed.iter().flat_map(|e| &e.repairs).filter(|r| !r.all_dropped).count(),
+        repairs_fixed: parsed.iter().flat_map(|e| &e.repairs).filter(|r| !r.all_dropped && r.fixed).count(),
+        repairs_dropped: parsed.iter().flat_map(|e| &e.repairs).filter(|r| r.all_dropped).count(),
+        repairs_dropped_fixed: parsed.iter().flat_map(|e| &e.repairs).filter(|r| r.all_dropped && r.fixed).count(),
         time_fixes: parsed.iter().map(|e| e.time_fixes).sum(),
         grounding: GroundingTally::of(parsed.iter().flat_map(|e| &e.grounding)),
         json_validity: share(parsed.len(), entries.len()),
@@ -281,7 +292,10 @@ pub fn markdown(stats: &Stats, title: &str, teacher: &str, command: &str) -> Str
             pct(stats.messages_skipped as f64 / stats.messages as f64)
         );
     }
-    let _ = writeln!(md, "| re-asks (first-person records) / fixed | {} / {} |", stats.repairs, stats.repairs_fixed);
+    let _ = writeln!(md, "| re-asks (first-person or other-speaker records) / fixed | {} / {} |", stats.repairs, stats.repairs_fixed);
+    if stats.repairs_dropped > 0 {
+        let _ = writeln!(md, "| re-asks (cleaning kept nothing) / fixed | {} / {} |", stats.repairs_dropped, stats.repairs_dropped_fixed);
+    }
     let _ = writeln!(md, "| times normalised (exact forms) | {} |", stats.time_fixes);
     let g = &stats.grounding;
     let _ = writeln!(

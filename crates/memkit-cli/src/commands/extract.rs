@@ -113,6 +113,10 @@ pub struct Args {
     /// Temperature of the draws of --samples.
     #[arg(long, default_value_t = Samples::default().temperature, requires = "teach")]
     temperature: f32,
+    /// With --teach: also re-ask once a request whose records cleaning drops every one of,
+    /// naming why each was dropped (first-person and other-speaker records are always re-asked).
+    #[arg(long, requires = "teach")]
+    repair_dropped: bool,
     /// The reply cache of --teach (default: $MEMKIT_CACHE_DIR/teacher or ~/.cache/memkit/teacher).
     #[arg(long, requires = "teach")]
     cache_dir: Option<PathBuf>,
@@ -411,6 +415,9 @@ fn extractor_key(args: &Args, gguf: Option<&Path>, cleaner: &Cleaner) -> anyhow:
             Samples { n: args.samples, choose: args.choose, agree: args.agree, temperature: args.temperature, ..Samples::default() };
         key.push_str(&format!(" samples={} temperature={}", samples.label(), args.temperature));
     }
+    if args.teach.is_some() && args.repair_dropped {
+        key.push_str(" repair_dropped");
+    }
     key.push(' ');
     key.push_str(&cleaner.id());
     Ok(key)
@@ -548,7 +555,14 @@ fn model_of(args: &Args, gguf: Option<&Path>, config: ExtractConfig) -> anyhow::
     if let Some(chat) = chat {
         let samples =
             Samples { n: args.samples, choose: args.choose, agree: args.agree, temperature: args.temperature, ..Samples::default() };
-        let labelling = LabellingSpec { mode: args.teach, group: args.group, context: args.context, samples, ..LabellingSpec::default() };
+        let labelling = LabellingSpec {
+            mode: args.teach,
+            group: args.group,
+            context: args.context,
+            samples,
+            repair_dropped: args.repair_dropped,
+            ..LabellingSpec::default()
+        };
         anyhow::ensure!((1..=3).contains(&args.group), "--group {} must be 1, 2 or 3", args.group);
         samples.check().map_err(|e| anyhow::anyhow!("--samples / --choose / --agree / --temperature: {e}"))?;
         let generation = GenerationSpec {
