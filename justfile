@@ -56,7 +56,8 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # observations and the local teacher (decomposed; `mode=window` for whole windows) extract the
 # gold dialogues into data/extracted/gold/, then `memkit compare` writes reports/gold/. The
 # teacher's replies are cached, so a re-run after a change of grounding or validation costs only
-# new requests. About 45 minutes of teacher time on 2 idle cores the first time. A student GGUF
+# new requests. About an hour of teacher time on 2 idle cores the first time (3,581 s with
+# `repair=dropped` on 2026-12-06). A student GGUF
 # joins the table with `just gold decomposed <student.gguf> <window>`, asked as the distilled
 # data it learnt from: windows of 5 messages with 1 of context for a whole-window student
 # (`student-windows`), of 2 (one message and the one before it) for a student of `messages/`

@@ -64,7 +64,8 @@ pub struct Entry {
     /// Tokens and time of the teacher's request (a local batch reports the batch's time for
     /// each of its windows).
     pub usage: Usage,
-    /// Wall-clock milliseconds of this window's share of its batch (0: not recorded, or cached).
+    /// Wall-clock milliseconds of this window's share of its batch (0: not recorded, or a reply
+    /// came from the cache, so the time is not the window's cost).
     #[serde(default)]
     pub wall_ms: u64,
     /// Whether the reply came from the cache.

@@ -102,6 +102,8 @@ struct Labelling<'a> {
     plan: Plan,
     replies: Vec<(String, Usage)>,
     all_cached: bool,
+    /// Whether any reply came from the cache: the window's time is then not its cost.
+    any_cached: bool,
     requests: usize,
     repairs: Vec<Repair>,
     /// A backend failure: the window stays unfinished.
@@ -132,6 +134,7 @@ pub fn label_windows(
             plan,
             replies: Vec::new(),
             all_cached: true,
+            any_cached: false,
             repairs: Vec::new(),
             failed: None,
         })
@@ -150,6 +153,7 @@ pub fn label_windows(
                 match answers.next().expect("one answer per request") {
                     Ok((reply, cached)) => {
                         l.all_cached &= cached;
+                        l.any_cached |= cached;
                         replies.push(reply);
                     }
                     Err(reason) => l.failed = Some(reason),
@@ -193,6 +197,7 @@ pub fn label_windows(
                 }
             };
             l.all_cached &= cached;
+            l.any_cached |= cached;
             l.requests += 1;
             let whole = whole_failure(&memkit_infer::Extraction::from_output(&l.window.window, text.clone(), usage).errors).is_none();
             let again = label::problems(&l.window.window, &text, verifier)?;
@@ -249,7 +254,8 @@ fn finish(
         records: Vec::new(),
         dropped: Vec::new(),
         usage: extraction.usage,
-        wall_ms: if l.all_cached { 0 } else { wall_ms },
+        // A window partly answered from the cache took only its new requests' time.
+        wall_ms: if l.any_cached { 0 } else { wall_ms },
         cached: l.all_cached,
         mode: Some(plan.mode),
         requests: l.requests,

@@ -15,6 +15,7 @@ use memkit_prompt::TrainedWindow;
 use memkit_schema::{MemoryRecord, RecordError};
 use memkit_teacher::cache::Cache;
 use memkit_teacher::corpus::{CorpusWindow, SourceKind};
+use memkit_teacher::label::Repair;
 use memkit_teacher::recipe::{GenerationSpec, LabellingSpec, Mode};
 use memkit_teacher::samples::{Choose, Samples};
 use memkit_teacher::teacher::Teacher;
@@ -257,8 +258,8 @@ pub fn run(args: Args, bars: &crate::progress::Bars) -> anyhow::Result<()> {
                 let bar = bars.bar(todo.len() as u64, "extract");
                 for group in todo.chunks(model.chunk()) {
                     let extractions = model.extract(group, &cleaner).with_context(|| format!("extracting window {}", group[0].id))?;
-                    for (extraction, dropped) in extractions {
-                        let finished = Finished { extractor: key.clone(), batch: group.len(), extraction, dropped };
+                    for Extracted { extraction, dropped, repairs } in extractions {
+                        let finished = Finished { extractor: key.clone(), batch: group.len(), extraction, dropped, repairs };
                         if let Some(ledger) = ledger.as_mut() {
                             ledger.append(&finished)?;
                         }
@@ -341,8 +342,13 @@ fn reclean(path: &Path, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result
         (extraction.records, extraction.grounding) = (cleaned.records, cleaned.grounding);
         let model = entry.extractor.split(" grounding=").next().unwrap_or_default();
         let model = model.strip_suffix(" no_grounding").unwrap_or(model);
-        let finished =
-            Finished { extractor: format!("{model} {}", cleaner.id()), batch: entry.batch, extraction, dropped: cleaned.dropped };
+        let finished = Finished {
+            extractor: format!("{model} {}", cleaner.id()),
+            batch: entry.batch,
+            extraction,
+            dropped: cleaned.dropped,
+            repairs: entry.repairs,
+        };
         lines.push_str(&serde_json::to_string(&finished)?);
         lines.push('\n');
         out.push(finished);
@@ -379,6 +385,17 @@ struct Finished {
     /// The records cleaning dropped, each with its reason (older ledgers: in `extraction.errors`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     dropped: Vec<Dropped>,
+    /// A teacher's re-asks of the window's requests, with what they named and whether they fixed
+    /// the reply (absent in older ledgers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    repairs: Vec<Repair>,
+}
+
+/// One window as a model extracted it and cleaning left it.
+struct Extracted {
+    extraction: Extraction,
+    dropped: Vec<Dropped>,
+    repairs: Vec<Repair>,
 }
 
 fn one() -> usize {
@@ -484,14 +501,14 @@ impl Model {
 
     /// The extractions of `windows`, their records cleaned by `cleaner`, with the records it
     /// dropped.
-    fn extract(&self, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result<Vec<(Extraction, Vec<Dropped>)>> {
+    fn extract(&self, windows: &[Window], cleaner: &Cleaner) -> anyhow::Result<Vec<Extracted>> {
         match self {
             Model::Extractor(extractor, _) => {
                 let mut out = Vec::with_capacity(windows.len());
                 for (window, mut extraction) in windows.iter().zip(extractor.extract(windows)?) {
                     let cleaned = cleaner.clean(window, &extraction.records, &extraction.errors)?;
                     (extraction.records, extraction.grounding) = (cleaned.records, cleaned.grounding);
-                    out.push((extraction, cleaned.dropped));
+                    out.push(Extracted { extraction, dropped: cleaned.dropped, repairs: Vec::new() });
                 }
                 Ok(out)
             }
@@ -528,7 +545,7 @@ impl Model {
                         usage: memkit_infer::reply::Usage { millis: entry.wall_ms, ..entry.usage },
                         grounding: entry.grounding,
                     };
-                    out.push((extraction, entry.dropped));
+                    out.push(Extracted { extraction, dropped: entry.dropped, repairs: entry.repairs });
                 }
                 Ok(out)
             }
