@@ -11,7 +11,9 @@
 //!   §3.1), one query head per task.
 //!
 //! Grouped-query attention is native: k and v keep their `kv_heads` (no `repeat_kv` copy), and
-//! dK / dV sum over each group. The host round trip (into `TensorData` and back) costs
+//! dK / dV sum over each group. Packed rows (several examples in one row) pass each position's
+//! segment start: a query sees the keys from the first position of its own example up to itself,
+//! and the work outside that block-diagonal band is never done. The host round trip (into `TensorData` and back) costs
 //! `O(seq · dim)` per head against the kernel's `O(seq² · dim)`.
 
 use burn::backend::autodiff::Autodiff;
@@ -52,11 +54,36 @@ impl Shape {
         let (b, h) = (bh / self.heads, bh % self.heads);
         (b * self.kv_heads + h / (self.heads / self.kv_heads)) * self.seq * self.dim
     }
+
+    /// The segment starts of query head `bh`'s batch row (empty: causal over the whole row).
+    fn row_starts<'a>(&self, starts: &'a [u32], bh: usize) -> &'a [u32] {
+        if starts.is_empty() { starts } else { &starts[bh / self.heads * self.seq..][..self.seq] }
+    }
+
+    /// Panics unless `starts` is empty or `[batch, seq]` segment starts: each at most its own
+    /// position and none below the one before it in its row.
+    fn check_starts(&self, starts: &[u32]) {
+        if starts.is_empty() {
+            return;
+        }
+        assert_eq!(starts.len(), self.batch * self.seq, "attention segment starts: {} for {self:?}", starts.len());
+        for row in starts.chunks(self.seq.max(1)) {
+            for (i, &s) in row.iter().enumerate() {
+                let before = if i == 0 { 0 } else { row[i - 1] };
+                assert!(s as usize <= i && s >= before, "attention segment start {s} at position {i} (the one before: {before})");
+            }
+        }
+    }
 }
 
 /// `softmax(q·kᵀ·scale + causal mask)·v` and each row's log-sum-exp of the scaled scores:
 /// out `[batch, heads, seq, dim]`, lse `[batch, heads, seq]`.
-pub fn forward(q: &[f32], k: &[f32], v: &[f32], shape: Shape, scale: f32) -> (Vec<f32>, Vec<f32>) {
+///
+/// `starts` is empty (every row one causal sequence) or holds, for each position of each batch
+/// row (`[batch, seq]`), the first position its query may see: the start of its packed example.
+/// Within a row it never decreases and never passes the position itself.
+pub fn forward(q: &[f32], k: &[f32], v: &[f32], starts: &[u32], shape: Shape, scale: f32) -> (Vec<f32>, Vec<f32>) {
+    shape.check_starts(starts);
     let Shape { seq, dim, .. } = shape;
     let head = seq * dim;
     let mut out = vec![0.0; q.len()];
@@ -66,13 +93,14 @@ pub fn forward(q: &[f32], k: &[f32], v: &[f32], shape: Shape, scale: f32) -> (Ve
     }
     out.par_chunks_mut(head).zip(lse.par_chunks_mut(seq)).enumerate().for_each(|(bh, (out, lse))| {
         let at = shape.kv_at(bh);
-        let head_in = Head { q: &q[bh * head..][..head], k: &k[at..][..head], v: &v[at..][..head], seq, dim, scale };
+        let starts = shape.row_starts(starts, bh);
+        let head_in = Head { q: &q[bh * head..][..head], k: &k[at..][..head], v: &v[at..][..head], starts, seq, dim, scale };
         with_cpu_features!(forward_head(head_in, out, lse));
     });
     (out, lse)
 }
 
-/// The gradients of a loss through [`forward`] from its output's gradient `d_out`: dq
+/// The gradients of a loss through [`forward`] (same `starts`) from its output's gradient `d_out`: dq
 /// `[batch, heads, seq, dim]`, dk and dv `[batch, kv_heads, seq, dim]`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
@@ -82,9 +110,11 @@ pub fn backward(
     out: &[f32],
     lse: &[f32],
     d_out: &[f32],
+    starts: &[u32],
     shape: Shape,
     scale: f32,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    shape.check_starts(starts);
     let Shape { seq, dim, .. } = shape;
     let head = seq * dim;
     let mut dq = vec![0.0; q.len()];
@@ -98,7 +128,8 @@ pub fn backward(
         .enumerate()
         .map(|(bh, dq)| {
             let at = shape.kv_at(bh);
-            let head_in = Head { q: &q[bh * head..][..head], k: &k[at..][..head], v: &v[at..][..head], seq, dim, scale };
+            let starts = shape.row_starts(starts, bh);
+            let head_in = Head { q: &q[bh * head..][..head], k: &k[at..][..head], v: &v[at..][..head], starts, seq, dim, scale };
             let (o, d_o, lse) = (&out[bh * head..][..head], &d_out[bh * head..][..head], &lse[bh * seq..][..seq]);
             let (mut dk, mut dv) = (vec![0.0; head], vec![0.0; head]);
             with_cpu_features!(backward_head(head_in, o, lse, d_o, dq, &mut dk, &mut dv));
@@ -137,15 +168,25 @@ macro_rules! with_cpu_features {
 }
 use with_cpu_features;
 
-/// One query head's inputs: its `seq × dim` rows of q, and its kv head's of k and v.
+/// One query head's inputs: its `seq × dim` rows of q, its kv head's of k and v, and its row's
+/// segment starts (empty: causal over the whole row).
 #[derive(Clone, Copy)]
 struct Head<'a> {
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
+    starts: &'a [u32],
     seq: usize,
     dim: usize,
     scale: f32,
+}
+
+impl Head<'_> {
+    /// The first key query row `i` sees.
+    #[inline(always)]
+    fn start(&self, i: usize) -> usize {
+        if self.starts.is_empty() { 0 } else { self.starts[i] as usize }
+    }
 }
 
 /// [`forward`] for one head: `out` rows and their log-sum-exp.
@@ -157,13 +198,13 @@ fn forward_head(h: Head, out: &mut [f32], lse: &mut [f32]) {
         let rows = TILE.min(seq - i0);
         scores(h, i0, rows, &mut p);
         for r in 0..rows {
-            let i = i0 + r;
-            let row = &mut p[r * seq..][..=i];
+            let (i, lo) = (i0 + r, h.start(i0 + r));
+            let row = &mut p[r * seq..][lo..=i];
             let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             exp_shifted(row, max);
             let sum: f32 = row.iter().sum();
             let o = &mut out[i * dim..][..dim];
-            for (j, &pj) in row.iter().enumerate() {
+            for (j, &pj) in (lo..).zip(row.iter()) {
                 axpy(pj / sum, &v[j * dim..][..dim], o);
             }
             lse[i] = max + sum.ln();
@@ -175,26 +216,28 @@ fn forward_head(h: Head, out: &mut [f32], lse: &mut [f32]) {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn backward_head(h: Head, o: &[f32], lse: &[f32], d_o: &[f32], dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]) {
-    let Head { q, k, v, seq, dim, scale } = h;
+    let Head { q, k, v, seq, dim, scale, .. } = h;
     let (mut p, mut ds) = (vec![0.0; TILE * seq], vec![0.0; TILE * seq]);
     for i0 in (0..seq).step_by(TILE) {
         let rows = TILE.min(seq - i0);
         scores(h, i0, rows, &mut p);
         for r in 0..rows {
-            let i = i0 + r;
+            let (i, lo) = (i0 + r, h.start(i0 + r));
             let (d_oi, dqi) = (&d_o[i * dim..][..dim], &mut dq[i * dim..][..dim]);
             let delta = dot(d_oi, &o[i * dim..][..dim]);
-            exp_shifted(&mut p[r * seq..][..=i], lse[i]);
-            for j in 0..=i {
+            exp_shifted(&mut p[r * seq..][lo..=i], lse[i]);
+            for j in lo..=i {
                 let pij = p[r * seq + j];
                 let dsij = pij * (dot(d_oi, &v[j * dim..][..dim]) - delta);
                 ds[r * seq + j] = dsij;
                 axpy(scale * dsij, &k[j * dim..][..dim], dqi);
             }
         }
-        for j in 0..i0 + rows {
+        for j in h.start(i0)..i0 + rows {
             let (dkj, dvj) = (&mut dk[j * dim..][..dim], &mut dv[j * dim..][..dim]);
-            for r in j.saturating_sub(i0)..rows {
+            // The rows that see key j: from the first at or after it, while their segment has
+            // begun by j (starts never decrease, so the rest see it neither).
+            for r in (j.saturating_sub(i0)..rows).take_while(|&r| h.start(i0 + r) <= j) {
                 let i = i0 + r;
                 axpy(scale * ds[r * seq + j], &q[i * dim..][..dim], dkj);
                 axpy(p[r * seq + j], &d_o[i * dim..][..dim], dvj);
@@ -204,13 +247,13 @@ fn backward_head(h: Head, o: &[f32], lse: &[f32], d_o: &[f32], dq: &mut [f32], d
 }
 
 /// The scaled scores of query rows `i0 .. i0 + rows` against the keys each may see
-/// (`p[r·seq + j]` for `j ≤ i0 + r`).
+/// (`p[r·seq + j]` for `start(i0 + r) ≤ j ≤ i0 + r`).
 #[inline(always)]
 fn scores(h: Head, i0: usize, rows: usize, p: &mut [f32]) {
     let Head { q, k, seq, dim, scale, .. } = h;
-    for j in 0..i0 + rows {
+    for j in h.start(i0)..i0 + rows {
         let kj = &k[j * dim..][..dim];
-        for r in j.saturating_sub(i0)..rows {
+        for r in (j.saturating_sub(i0)..rows).take_while(|&r| h.start(i0 + r) <= j) {
             p[r * seq + j] = scale * dot(&q[(i0 + r) * dim..][..dim], kj);
         }
     }
@@ -296,8 +339,15 @@ mod tests {
 #[backend_extension(Flex, Autodiff)]
 pub trait FlashAttention: Backend {
     /// q `[batch, heads, seq, dim]`, k and v `[batch, kv_heads, seq, dim]` (`heads` a multiple
-    /// of `kv_heads`) → `[batch, heads, seq, dim]`.
-    fn flash_causal_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f32) -> FloatTensor<Self>;
+    /// of `kv_heads`) → `[batch, heads, seq, dim]`. `starts`: empty, or each position's segment
+    /// start (`[batch, seq]`, see [`forward`]).
+    fn flash_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        starts: &[u32],
+        scale: f32,
+    ) -> FloatTensor<Self>;
 }
 
 /// A float tensor's values on the host, as f32, with its shape.
@@ -309,16 +359,17 @@ fn host<B: Backend>(t: FloatTensor<B>) -> (Vec<f32>, Vec<usize>) {
 
 /// The forward kernel on backend `B`'s tensors: the output on `q`'s device, with the host
 /// inputs, output and log-sum-exp the backward step needs.
-fn forward_on<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>, scale: f32) -> (FloatTensor<B>, Saved) {
+fn forward_on<B: Backend>(q: FloatTensor<B>, k: FloatTensor<B>, v: FloatTensor<B>, starts: &[u32], scale: f32) -> (FloatTensor<B>, Saved) {
     let device = q.device();
     let ((q, q_shape), (k, k_shape), (v, _)) = (host::<B>(q), host::<B>(k), host::<B>(v));
     let shape = Shape::of(&q_shape, &k_shape);
-    let (out, lse) = forward(&q, &k, &v, shape, scale);
+    let (out, lse) = forward(&q, &k, &v, starts, shape, scale);
     let tensor = B::float_from_data(TensorData::new(out.clone(), q_shape), &device);
-    (tensor, Saved { q, k, v, out, lse, shape, scale })
+    (tensor, Saved { q, k, v, out, lse, starts: starts.to_vec(), shape, scale })
 }
 
-/// What the backward step reads: the forward's host inputs, output and row log-sum-exp.
+/// What the backward step reads: the forward's host inputs, output, row log-sum-exp and segment
+/// starts.
 #[derive(Clone, Debug)]
 struct Saved {
     q: Vec<f32>,
@@ -326,13 +377,20 @@ struct Saved {
     v: Vec<f32>,
     out: Vec<f32>,
     lse: Vec<f32>,
+    starts: Vec<u32>,
     shape: Shape,
     scale: f32,
 }
 
 impl FlashAttention for Flex {
-    fn flash_causal_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
-        forward_on::<Self>(q, k, v, scale).0
+    fn flash_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        starts: &[u32],
+        scale: f32,
+    ) -> FloatTensor<Self> {
+        forward_on::<Self>(q, k, v, starts, scale).0
     }
 }
 
@@ -346,8 +404,8 @@ impl<B: Backend> Backward<B, 3> for FlashBackward {
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let (saved, device) = ops.state;
         let (d_out, _) = host::<B>(grads.consume::<B>(&ops.node));
-        let Saved { q, k, v, out, lse, shape, scale } = saved;
-        let (dq, dk, dv) = backward(&q, &k, &v, &out, &lse, &d_out, shape, scale);
+        let Saved { q, k, v, out, lse, starts, shape, scale } = saved;
+        let (dq, dk, dv) = backward(&q, &k, &v, &out, &lse, &d_out, &starts, shape, scale);
         let q_shape = vec![shape.batch, shape.heads, shape.seq, shape.dim];
         let kv_shape = vec![shape.batch, shape.kv_heads, shape.seq, shape.dim];
         for (parent, (grad, dims)) in ops.parents.into_iter().zip([(dq, q_shape), (dk, kv_shape.clone()), (dv, kv_shape)]) {
@@ -359,30 +417,37 @@ impl<B: Backend> Backward<B, 3> for FlashBackward {
 }
 
 impl<B: Backend, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
-    fn flash_causal_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
+    fn flash_causal_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        starts: &[u32],
+        scale: f32,
+    ) -> FloatTensor<Self> {
         match FlashBackward.prepare::<C>([q.node(), k.node(), v.node()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let device = q.primitive().device();
-                let (out, saved) = forward_on::<B>(q.into_primitive(), k.into_primitive(), v.into_primitive(), scale);
+                let (out, saved) = forward_on::<B>(q.into_primitive(), k.into_primitive(), v.into_primitive(), starts, scale);
                 prep.finish((saved, device), out)
             }
             OpsKind::UnTracked(prep) => {
-                let (out, _) = forward_on::<B>(q.into_primitive(), k.into_primitive(), v.into_primitive(), scale);
+                let (out, _) = forward_on::<B>(q.into_primitive(), k.into_primitive(), v.into_primitive(), starts, scale);
                 prep.finish(out)
             }
         }
     }
 }
 
-/// [`FlashAttention`] on flex tensors, with autodiff or without.
+/// [`FlashAttention`] on flex tensors, with autodiff or without; `starts` as in [`forward`].
 ///
 /// # Shapes
 /// - q `[batch, heads, seq, dim]`, k and v `[batch, kv_heads, seq, dim]` → `[batch, heads, seq, dim]`
-pub fn flash_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, scale: f32) -> Tensor<4> {
+pub fn flash_causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, starts: &[u32], scale: f32) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as FlashAttention>::flash_causal_attention(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
+        starts,
         scale,
     ))
 }

@@ -1,5 +1,5 @@
-//! Distilled chat examples → token ids with an assistant-only loss mask, and length-bucketed
-//! batches.
+//! Distilled chat examples → token ids with an assistant-only loss mask, and batches: one
+//! example per row, rows of similar length together, or several examples packed into each row.
 //!
 //! Each line of `train.jsonl` / `valid.jsonl` is `{"window_id": "...", "messages": [...]}`.
 //! The messages are rendered with the model's chat template by memkit-prompt's
@@ -17,6 +17,7 @@ use memkit_prompt::{ChatMessage, ChatTemplate, render_for_training};
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
+use crate::model::Packing;
 use crate::rng::SplitMix64;
 use crate::{Error, Result};
 
@@ -152,30 +153,77 @@ fn overlaps(token: Range<usize>, spans: &[Range<usize>]) -> bool {
     spans.iter().any(|span| token.start < span.end && token.end > span.start)
 }
 
+/// A micro-batch: its rows, each the indices (into the examples) of the examples it holds, one
+/// per row or several when packed.
+pub type Rows = Vec<Vec<usize>>;
+
+/// Input positions of an example (its last token is only ever a target).
+fn inputs(example: &TokenizedExample) -> usize {
+    example.ids.len() - 1
+}
+
 /// The share of a batch grid's input positions that are right-padding: what
-/// [`bucket_batches`] saves against batches cut in file order (`train.log`'s plan gives both).
-pub fn padding_share(examples: &[TokenizedExample], batches: &[Vec<usize>]) -> f64 {
+/// [`bucket_batches`] and [`pack_batches`] save against batches cut in file order (`train.log`'s
+/// plan gives them).
+pub fn padding_share(examples: &[TokenizedExample], batches: &[Rows]) -> f64 {
     let (mut padded, mut total) = (0usize, 0usize);
-    for batch in batches {
-        let lens: Vec<usize> = batch.iter().map(|&i| examples[i].ids.len() - 1).collect();
-        let grid = lens.len() * lens.iter().copied().max().unwrap_or(0);
-        padded += grid - lens.iter().sum::<usize>();
+    for rows in batches {
+        let fills: Vec<usize> = rows.iter().map(|row| row.iter().map(|&i| inputs(&examples[i])).sum()).collect();
+        let grid = fills.len() * fills.iter().copied().max().unwrap_or(0);
+        padded += grid - fills.iter().sum::<usize>();
         total += grid;
     }
     if total == 0 { 0.0 } else { padded as f64 / total as f64 }
 }
 
-/// Batches of `batch_size` in file order: the unbucketed baseline of [`padding_share`].
-pub fn file_order_batches(examples: usize, batch_size: usize) -> Vec<Vec<usize>> {
-    (0..examples).collect::<Vec<_>>().chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
+/// Batches of `batch_size` in file order, one example per row: the baseline of [`padding_share`].
+pub fn file_order_batches(examples: usize, batch_size: usize) -> Vec<Rows> {
+    let order: Vec<usize> = (0..examples).collect();
+    order.chunks(batch_size.max(1)).map(|batch| batch.iter().map(|&i| vec![i]).collect()).collect()
 }
 
-/// Groups examples of similar length into batches of `batch_size` (sorted by length, then cut),
-/// so little compute goes to padding. Returns indices into `examples`.
-pub fn bucket_batches(examples: &[TokenizedExample], batch_size: usize) -> Vec<Vec<usize>> {
+/// Groups examples of similar length into batches of `batch_size` rows of one example each
+/// (sorted by length, then cut), so little compute goes to padding.
+pub fn bucket_batches(examples: &[TokenizedExample], batch_size: usize) -> Vec<Rows> {
     let mut order: Vec<usize> = (0..examples.len()).collect();
     order.sort_by_key(|&i| (examples[i].ids.len(), i));
-    order.chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
+    order.chunks(batch_size.max(1)).map(|batch| batch.iter().map(|&i| vec![i]).collect()).collect()
+}
+
+/// Packs examples into rows of at most `row_len` input positions (best fit, longest first: each
+/// example goes to the fullest row it fits in), then batches `batch_size` rows of similar fill.
+/// Every example lands in exactly one row; one longer than `row_len` gets a row of its own.
+pub fn pack_batches(examples: &[TokenizedExample], row_len: usize, batch_size: usize) -> Vec<Rows> {
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(inputs(&examples[i])), i));
+    let mut rows: Vec<(usize, Vec<usize>)> = Vec::new(); // (fill, examples)
+    // Rows by room left: the smallest room that takes an example is its best fit.
+    let mut by_room: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+    for i in order {
+        let len = inputs(&examples[i]);
+        let fit = by_room.range(len..).next().map(|(&room, _)| room);
+        let row = match fit {
+            Some(room) => {
+                let rows_here = by_room.get_mut(&room).expect("the room just found");
+                let row = rows_here.pop().expect("a row with that room");
+                if rows_here.is_empty() {
+                    by_room.remove(&room);
+                }
+                row
+            }
+            None => {
+                rows.push((0, Vec::new()));
+                rows.len() - 1
+            }
+        };
+        rows[row].0 += len;
+        rows[row].1.push(i);
+        if let Some(room) = row_len.checked_sub(rows[row].0).filter(|&room| room > 0) {
+            by_room.entry(room).or_default().push(row);
+        }
+    }
+    rows.sort_by_key(|(fill, members)| (std::cmp::Reverse(*fill), members[0]));
+    rows.chunks(batch_size.max(1)).map(|batch| batch.iter().map(|(_, members)| members.clone()).collect()).collect()
 }
 
 /// The order batches are visited in during `epoch`: a shuffle seeded by `(seed, epoch)`, so a
@@ -192,6 +240,8 @@ pub fn epoch_order(batches: usize, seed: u64, epoch: usize) -> Vec<usize> {
 pub struct Batch {
     /// `[batch, seq_len]` token ids (right-padded).
     pub inputs: Tensor<2, Int>,
+    /// Where each example sits when a row holds several (`None`: one example per row).
+    pub packing: Option<Packing>,
     /// `[targets]` flat indices (`row * seq_len + t`) of the positions whose next token is an
     /// assistant token.
     pub positions: Tensor<1, Int>,
@@ -206,25 +256,40 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Shifts, right-pads and uploads `examples`.
-    pub fn new(examples: &[&TokenizedExample], device: &Device) -> Self {
-        let len = examples.iter().map(|e| e.ids.len() - 1).max().unwrap_or(0).max(1);
-        let n = examples.len();
-        let mut inputs = vec![0i64; n * len];
+    /// Shifts, right-pads and uploads `rows`, each the examples it holds (packed one after the
+    /// other when several; the padding after them is a segment of its own).
+    pub fn new(rows: &[Vec<&TokenizedExample>], device: &Device) -> Self {
+        let len = rows.iter().map(|row| row.iter().map(|e| inputs(e)).sum::<usize>()).max().unwrap_or(0).max(1);
+        let n = rows.len();
+        let mut ids = vec![0i64; n * len];
+        let mut packing = Packing { positions: vec![0; n * len], starts: vec![0; n * len] };
         let (mut positions, mut targets, mut tokens) = (Vec::new(), Vec::new(), 0);
-        for (row, example) in examples.iter().enumerate() {
-            for t in 0..example.ids.len() - 1 {
-                inputs[row * len + t] = i64::from(example.ids[t]);
-                if example.target[t + 1] {
-                    positions.push((row * len + t) as i64);
-                    targets.push(i64::from(example.ids[t + 1]));
+        for (r, row) in rows.iter().enumerate() {
+            let mut at = r * len;
+            for example in row.iter().map(|e| Some(*e)).chain([None]) {
+                // The examples, then the padding to the row's end.
+                let span = example.map_or((r + 1) * len - at, inputs);
+                for t in 0..span {
+                    packing.positions[at + t] = t as u32;
+                    packing.starts[at + t] = (at - r * len) as u32;
                 }
+                if let Some(example) = example {
+                    for t in 0..span {
+                        ids[at + t] = i64::from(example.ids[t]);
+                        if example.target[t + 1] {
+                            positions.push((at + t) as i64);
+                            targets.push(i64::from(example.ids[t + 1]));
+                        }
+                    }
+                    tokens += span;
+                }
+                at += span;
             }
-            tokens += example.ids.len() - 1;
         }
         let target_tokens = targets.len();
         Batch {
-            inputs: Tensor::from_data(TensorData::new(inputs, [n, len]), device),
+            inputs: Tensor::from_data(TensorData::new(ids, [n, len]), device),
+            packing: rows.iter().any(|row| row.len() > 1).then_some(packing),
             positions: Tensor::from_data(TensorData::new(positions, [target_tokens]), device),
             targets: Tensor::from_data(TensorData::new(targets, [target_tokens]), device),
             target_tokens,
@@ -255,9 +320,27 @@ mod tests {
         // by length: [2, 2] and [8, 8] pad nothing.
         let examples = vec![example(2), example(8), example(2), example(8)];
         let file = file_order_batches(examples.len(), 2);
-        assert_eq!(file, vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(file, vec![vec![vec![0], vec![1]], vec![vec![2], vec![3]]]);
         assert!((padding_share(&examples, &file) - 12.0 / 32.0).abs() < 1e-12);
         assert_eq!(padding_share(&examples, &bucket_batches(&examples, 2)), 0.0);
+    }
+
+    /// See: issue 42. Best fit, longest first, worked by hand for rows of 8 input positions.
+    #[test]
+    fn packing_puts_each_example_in_the_fullest_row_it_fits() {
+        let example = |inputs: usize| TokenizedExample { ids: vec![1; inputs + 1], target: vec![true; inputs + 1] };
+        // Inputs 6, 2, 5, 3, 4, 1. Longest first: 6 opens row A (room 2), 5 row B (room 3), 4 row
+        // C (room 4); 3 fits B (room 3, the least room that takes it) and fills it; 2 fills A;
+        // 1 goes to C (room 4 → 3). Rows by fill: A [0, 1] 8, B [2, 3] 8, C [4, 5] 5.
+        let examples: Vec<_> = [6, 2, 5, 3, 4, 1].into_iter().map(example).collect();
+        let batches = pack_batches(&examples, 8, 2);
+        assert_eq!(batches, vec![vec![vec![0, 1], vec![2, 3]], vec![vec![4, 5]]]);
+        assert_eq!(padding_share(&examples, &batches), 0.0);
+        // One example per row, by length: [1, 2], [3, 4], [5, 6] pad 1 + 1 + 1 of 4 + 8 + 12.
+        assert!((padding_share(&examples, &bucket_batches(&examples, 2)) - 3.0 / 24.0).abs() < 1e-12);
+        // An example longer than a row gets a row of its own; every example is placed once.
+        let examples: Vec<_> = [9, 3, 3].into_iter().map(example).collect();
+        assert_eq!(pack_batches(&examples, 8, 4), vec![vec![vec![0], vec![1, 2]]]);
     }
 
     #[test]
@@ -280,7 +363,7 @@ mod tests {
         let example = |n: usize| TokenizedExample { ids: vec![1; n], target: vec![true; n] };
         let examples: Vec<_> = [9, 2, 7, 3, 8, 1].into_iter().map(example).collect();
         let batches = bucket_batches(&examples, 2);
-        assert_eq!(batches, vec![vec![5, 1], vec![3, 2], vec![4, 0]]);
+        assert_eq!(batches, vec![vec![vec![5], vec![1]], vec![vec![3], vec![2]], vec![vec![4], vec![0]]]);
         let (a, b) = (epoch_order(50, 1, 0), epoch_order(50, 1, 1));
         assert_ne!(a, b);
         assert_eq!(a, epoch_order(50, 1, 0));

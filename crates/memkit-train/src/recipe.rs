@@ -137,6 +137,11 @@ pub struct DataConfig {
     /// Examples longer than this many tokens are cut (and counted).
     #[serde(default = "default_max_seq_len")]
     pub max_seq_len: usize,
+    /// Pack several examples into each row of up to `max_seq_len` tokens (each attends only
+    /// within itself; positions restart per example). `[run] batch_size` then counts rows, not
+    /// examples. Off: one example per row, rows of similar length batched together.
+    #[serde(default)]
+    pub packing: bool,
 }
 
 fn default_max_seq_len() -> usize {

@@ -20,8 +20,8 @@ use tracing::{info, instrument, warn};
 
 use crate::checkpoint::{CheckpointData, TrainState, export_hf, list_checkpoints, read_state, weights_file, write_checkpoint};
 use crate::data::{
-    Batch, ChatTokenizer, DataStats, TokenizedExample, bucket_batches, epoch_order, file_order_batches, padding_share, read_examples,
-    targets_per_step,
+    Batch, ChatTokenizer, DataStats, Rows, TokenizedExample, bucket_batches, epoch_order, file_order_batches, pack_batches, padding_share,
+    read_examples, targets_per_step,
 };
 use crate::model::{BuildOptions, Config, Model, random_weights};
 use crate::recipe::{ModelSource, Optimizer, Recipe};
@@ -76,9 +76,11 @@ pub struct TrainPlan {
     pub valid: DataStats,
     /// Trainable parameters (all of them, or the LoRA factors).
     pub trainable_parameters: usize,
-    /// Share of the training batches' input positions that are padding, batched by length.
+    /// Share of the training batches' input positions that are padding, as batched: one
+    /// example per row by length, or packed (`[data] packing`).
     pub padding_share: f64,
-    /// The same for batches cut in file order (what length bucketing saves).
+    /// The same for batches of one example per row cut in file order (what bucketing or
+    /// packing saves).
     pub padding_share_file_order: f64,
 }
 
@@ -225,11 +227,10 @@ impl BaseModel {
 }
 
 /// Mean loss and accuracy over batches, without gradients.
-fn evaluate(model: &Model, examples: &[TokenizedExample], batches: &[Vec<usize>], device: &Device) -> (f64, f64, usize) {
+fn evaluate(model: &Model, examples: &[TokenizedExample], batches: &[Rows], device: &Device) -> (f64, f64, usize) {
     let (mut nll, mut correct, mut count) = (0.0f64, 0.0f64, 0usize);
-    for batch in batches {
-        let rows: Vec<&TokenizedExample> = batch.iter().map(|&i| &examples[i]).collect();
-        let batch = Batch::new(&rows, device);
+    for rows in batches {
+        let batch = Batch::new(&rows_of(examples, rows), device);
         let logits = target_logits(model, &batch);
         let predicted = logits.clone().argmax(1).squeeze_dim::<1>(1);
         let hits = predicted.equal(batch.targets.clone()).int().sum();
@@ -245,9 +246,14 @@ fn evaluate(model: &Model, examples: &[TokenizedExample], batches: &[Vec<usize>]
 /// onto the vocabulary and then masking would spend the largest matmul of a small model, and
 /// its largest activation, on prompt and padding tokens the loss never reads.
 fn target_logits(model: &Model, batch: &Batch) -> Tensor<2> {
-    let h = model.hidden(batch.inputs.clone());
+    let h = model.hidden_packed(batch.inputs.clone(), batch.packing.as_ref());
     let [rows, seq_len, hidden] = h.dims();
     model.logits(h.reshape([rows * seq_len, hidden]).select(0, batch.positions.clone()))
+}
+
+/// The examples of each row of a planned micro-batch.
+fn rows_of<'a>(examples: &'a [TokenizedExample], rows: &Rows) -> Vec<Vec<&'a TokenizedExample>> {
+    rows.iter().map(|row| row.iter().map(|&i| &examples[i]).collect()).collect()
 }
 
 /// Summed cross-entropy of the batch's targets under `logits` (`[targets, vocab]`).
@@ -405,8 +411,10 @@ pub fn train(
     if train_set.is_empty() {
         return Err(Error::invalid(recipe.data.dir.join("train.jsonl"), "no usable training example"));
     }
-    let batches = bucket_batches(&train_set, run.batch_size);
-    let valid_batches = bucket_batches(&valid_set, run.batch_size);
+    let plan = |set: &[TokenizedExample]| {
+        if recipe.data.packing { pack_batches(set, recipe.data.max_seq_len, run.batch_size) } else { bucket_batches(set, run.batch_size) }
+    };
+    let (batches, valid_batches) = (plan(&train_set), plan(&valid_set));
     let targets_per_step = targets_per_step(&train_set, batches.len(), run.grad_accum);
     if resume_from.is_some() && state.batches_per_epoch != batches.len() {
         return Err(Error::invalid(
@@ -518,21 +526,20 @@ pub fn train(
         // a per-step mean made each such step push the reply's first decision as hard as a step
         // of long replies: SmolLM2-135M learnt to answer empty for every window
         // (reports/smollm2-135m-messages/).
-        let micro: Vec<&Vec<usize>> = (0..run.grad_accum)
+        let micro: Vec<&Rows> = (0..run.grad_accum)
             .map(|k| {
                 let m = state.micro_batches + k;
                 let order = epoch_order(batches.len(), run.seed, m / batches.len());
                 &batches[order[m % batches.len()]]
             })
             .collect();
-        let step_targets: usize = micro.iter().flat_map(|b| b.iter()).map(|&i| train_set[i].loss_targets()).sum();
+        let step_targets: usize = micro.iter().flat_map(|rows| rows.iter().flatten()).map(|&i| train_set[i].loss_targets()).sum();
         let mut accumulator = GradientsAccumulator::<Model>::new();
         let (mut loss_sum, mut step_tokens) = (0.0f64, 0usize);
-        for (k, indices) in micro.iter().enumerate() {
+        for (k, rows) in micro.iter().enumerate() {
             // Dropout draws from the device generator: reseed it from the cursor.
             device.seed(run.seed ^ ((state.micro_batches + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let rows: Vec<&TokenizedExample> = indices.iter().map(|&i| &train_set[i]).collect();
-            let batch = Batch::new(&rows, &device);
+            let batch = Batch::new(&rows_of(&train_set, rows), &device);
             let loss = nll_sum(target_logits(&model, &batch), &batch).div_scalar(targets_per_step);
             loss_sum += f64::from(loss.clone().into_scalar::<f32>()) * targets_per_step / step_targets.max(1) as f64;
             step_tokens += batch.tokens;
@@ -670,9 +677,10 @@ mod tests {
         let model = Model::new(&cfg, &random_weights(&cfg, 7), Path::new("random"), BuildOptions { lora: None, seed: 7 }, &device).unwrap();
         let a = TokenizedExample { ids: vec![1, 5, 7, 9, 11, 3], target: vec![false, false, false, true, true, true] };
         let b = TokenizedExample { ids: vec![2, 4, 6], target: vec![false, true, true] };
-        let batch = Batch::new(&[&a, &b], &device);
+        let batch = Batch::new(&[vec![&a], vec![&b]], &device);
         // Inputs of 5 and 2 tokens on a 2 × 5 grid: 3 padding positions; 3 + 2 targets.
         assert_eq!((batch.target_tokens, batch.tokens, batch.padding), (5, 7, 3));
+        assert!(batch.packing.is_none());
         let fast = f64::from(nll_sum(target_logits(&model, &batch), &batch).into_scalar::<f32>());
 
         // The reference: every position's log-probabilities, summed at the assistant targets.
@@ -687,6 +695,33 @@ mod tests {
             }
         }
         assert!(full > 5.0 && (fast - full).abs() < 1e-4 * full, "{fast} vs {full}");
+    }
+
+    /// See: issue 42. Examples packed two to a row give the loss they give one to a row, and the
+    /// batch's layout is the one worked out by hand.
+    #[test]
+    fn a_packed_batch_gives_the_loss_of_its_examples_one_to_a_row() {
+        let cfg = tiny_config("llama", 16, 1e-5);
+        let device = crate::cpu_device();
+        let model = Model::new(&cfg, &random_weights(&cfg, 7), Path::new("random"), BuildOptions { lora: None, seed: 7 }, &device).unwrap();
+        let a = TokenizedExample { ids: vec![1, 5, 7, 9, 11, 3], target: vec![false, false, false, true, true, true] };
+        let b = TokenizedExample { ids: vec![2, 4, 6], target: vec![false, true, true] };
+        let c = TokenizedExample { ids: vec![8, 10, 12, 14], target: vec![false, false, true, true] };
+        let packed = Batch::new(&[vec![&a, &b], vec![&c]], &device);
+        // Row 0: a's 5 inputs, then b's 2; row 1: c's 3 inputs and 4 padding positions (a
+        // segment of its own). Targets: a 3, b 2, c 2.
+        let packing = packed.packing.clone().expect("rows holding two examples are packed");
+        assert_eq!(packing.positions, [0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 0, 1, 2, 3]);
+        assert_eq!(packing.starts, [0, 0, 0, 0, 0, 5, 5, 0, 0, 0, 3, 3, 3, 3]);
+        assert_eq!((packed.target_tokens, packed.tokens, packed.padding), (7, 10, 4));
+        let flat = |t: Tensor<1, burn::tensor::Int>| t.into_data().convert::<i64>().try_into_vec::<i64>().unwrap();
+        assert_eq!(flat(packed.positions.clone()), [2, 3, 4, 5, 6, 8, 9]);
+        assert_eq!(flat(packed.targets.clone()), [9, 11, 3, 4, 6, 12, 14]);
+
+        let one_each = Batch::new(&[vec![&a], vec![&b], vec![&c]], &device);
+        let loss = |batch: &Batch| f64::from(nll_sum(target_logits(&model, batch), batch).into_scalar::<f32>());
+        let (packed, unpacked) = (loss(&packed), loss(&one_each));
+        assert!(unpacked > 5.0 && (packed - unpacked).abs() < 1e-4 * unpacked, "packed {packed} against {unpacked}");
     }
 
     #[test]

@@ -69,6 +69,27 @@ fn smoke_run_learns_and_exports_a_loadable_checkpoint() {
     assert!(logits(&model, &[1, 40, 41, 42]).iter().all(|v| v.is_finite()));
 }
 
+/// See: issue 42. Packed (several examples to a row of up to 1,024 tokens), one row a step, the
+/// smoke run takes fewer steps than it has examples and learns as the unpacked run does.
+#[test]
+fn a_packed_smoke_run_learns_from_fewer_fuller_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recipe = smoke_recipe(dir.path());
+    (recipe.data.packing, recipe.data.max_seq_len) = (true, 1024);
+    (recipe.run.batch_size, recipe.run.grad_accum, recipe.run.eval_every, recipe.run.checkpoint_every) = (1, 1, 0, 0);
+    let summary = train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap();
+    // 24 examples over 4 epochs would be 96 one-row steps.
+    assert!(summary.finished && summary.steps < 96 / 2, "{} steps", summary.steps);
+    let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "train")
+        .map(|r| r["loss"].as_f64().unwrap())
+        .collect();
+    assert!(losses[0] > 5.0 && *losses.last().unwrap() < losses[0] - 1.0, "losses {losses:?}");
+}
+
 /// A run stopped after 10 steps and resumed must end where an uninterrupted 20-step run ends:
 /// weights, optimiser moments, schedule and data cursor are all restored.
 #[test]
