@@ -30,6 +30,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu, or cuda (timed to torch.cuda.synchronize)")
     p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (less memory, more time)")
+    p.add_argument(
+        "--pack",
+        type=int,
+        default=0,
+        help="pack examples of this many tokens into each row: position_ids restart per example and a 4-D "
+        "block-diagonal causal mask keeps attention within it (SDPA then reads a dense mask)",
+    )
     a = p.parse_args()
 
     if a.threads:
@@ -42,12 +49,22 @@ def main() -> None:
         model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     ids = torch.randint(0, config.vocab_size, (a.batch, a.seq)).to(a.device)
+    extra = {}
+    if a.pack:
+        pos = torch.arange(a.seq)
+        segment = pos // a.pack
+        # True where query i may attend key j: the same example, j <= i ([batch, 1, seq, seq]).
+        allowed = (segment[:, None] == segment[None, :]) & (pos[None, :] <= pos[:, None])
+        extra = {
+            "position_ids": (pos % a.pack).expand(a.batch, -1).to(a.device),
+            "attention_mask": allowed.expand(a.batch, 1, -1, -1).to(a.device),
+        }
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
 
     times, phases = [], [0.0, 0.0, 0.0]
     for step in range(a.warmup + a.steps):
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=ids, **extra).loss
         if step == 0:
             first_loss = loss.item()
         sync()

@@ -17,7 +17,10 @@
 //!     [--checkpointing] [--json results.json]
 //! ```
 //!
-//! `--shapes` lists batch × sequence-length shapes (default `4x256`). `--python` (or
+//! `--shapes` lists batch × sequence-length shapes (default `4x256`); `BxSpL` packs examples of
+//! L tokens into each row of S (positions restart and attention stays within each example: burn
+//! passes the segments to its kernel, PyTorch a 4-D block-diagonal mask with `position_ids`, which
+//! its SDPA reads as a dense mask), the shape of `[data] packing = true`. `--python` (or
 //! `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers (`just bench-train`
 //! passes the one `just venv` makes); without one only burn is measured. `--backends` picks among
 //! the burn backends of this build (default: the CPU ones; `libtorch-cuda` and `cuda` need an
@@ -42,7 +45,7 @@ use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use memkit_train::Backend;
-use memkit_train::model::{BuildOptions, Config, Model, random_weights};
+use memkit_train::model::{BuildOptions, Config, Model, Packing, random_weights};
 use serde_json::json;
 
 /// SmolLM2-135M-Instruct's `config.json` (the fields the model reads).
@@ -53,8 +56,23 @@ const SMOLLM2_135M: &str = r#"{
   "tie_word_embeddings": true, "attention_bias": false
 }"#;
 
+/// A bench shape: rows × tokens, optionally packed with examples of `pack` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    batch: usize,
+    seq: usize,
+    pack: Option<usize>,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.batch, self.seq)?;
+        self.pack.map_or(Ok(()), |l| write!(f, "p{l}"))
+    }
+}
+
 struct Args {
-    shapes: Vec<(usize, usize)>,
+    shapes: Vec<Shape>,
     steps: usize,
     warmup: usize,
     rounds: usize,
@@ -70,20 +88,25 @@ struct Args {
     worker: Option<(Backend, u64)>,
 }
 
-fn parse_shape(text: &str) -> Result<(usize, usize), String> {
-    let (b, s) = text.split_once('x').ok_or_else(|| format!("shape {text:?} is not BATCHxSEQ (e.g. 4x256)"))?;
-    let b = b.parse::<usize>().map_err(|e| format!("shape {text:?}: batch: {e}"))?;
-    let s = s.parse::<usize>().map_err(|e| format!("shape {text:?}: sequence length: {e}"))?;
-    if b == 0 || s < 2 {
-        return Err(format!("shape {text:?}: batch must be positive and the sequence at least 2 tokens"));
+fn parse_shape(text: &str) -> Result<Shape, String> {
+    let (b, rest) =
+        text.split_once('x').ok_or_else(|| format!("shape {text:?} is not BATCHxSEQ or BATCHxSEQpLEN (e.g. 4x256, 2x1024p400)"))?;
+    let (s, pack) = match rest.split_once('p') {
+        Some((s, l)) => (s, Some(l.parse::<usize>().map_err(|e| format!("shape {text:?}: packed example length: {e}"))?)),
+        None => (rest, None),
+    };
+    let batch = b.parse::<usize>().map_err(|e| format!("shape {text:?}: batch: {e}"))?;
+    let seq = s.parse::<usize>().map_err(|e| format!("shape {text:?}: sequence length: {e}"))?;
+    if batch == 0 || seq < 2 || pack.is_some_and(|l| l == 0 || l > seq) {
+        return Err(format!("shape {text:?}: batch must be positive, the sequence at least 2 tokens, a packed example 1 to SEQ"));
     }
-    Ok((b, s))
+    Ok(Shape { batch, seq, pack })
 }
 
 fn parse_args() -> Result<Args, String> {
     let default_python = std::env::var_os("MEMKIT_BENCH_PYTHON").map(PathBuf::from);
     let mut args = Args {
-        shapes: vec![(4, 256)],
+        shapes: vec![Shape { batch: 4, seq: 256, pack: None }],
         steps: 3,
         warmup: 1,
         rounds: 2,
@@ -173,7 +196,12 @@ fn peak_rss_mib() -> f64 {
 /// The worker: one burn round (autodiff) of `batch × seq` over `steps` timed steps; prints
 /// tokens/s, the first step's loss and the peak RSS as one JSON line.
 fn burn_worker(backend: Backend, cfg: &Config, args: &Args, seed: u64) {
-    let (batch, seq) = args.shapes[0];
+    let Shape { batch, seq, pack } = args.shapes[0];
+    // Packed rows: examples of `pack` tokens one after the other (the last one cut at the row's end).
+    let packing = pack.map(|l| Packing {
+        positions: (0..batch * seq).map(|t| (t % seq % l) as u32).collect(),
+        starts: (0..batch * seq).map(|t| (t % seq / l * l) as u32).collect(),
+    });
     let device = backend.device().autodiff();
     let device = if args.checkpointing { device.gradient_checkpointing() } else { device };
     let mut model = Model::new(cfg, &random_weights(cfg, seed), Path::new("random"), BuildOptions { lora: None, seed }, &device)
@@ -202,7 +230,7 @@ fn burn_worker(backend: Backend, cfg: &Config, args: &Args, seed: u64) {
             }
             mark = Instant::now();
         };
-        let log_probs = log_softmax(model.forward(inputs.clone()), 2);
+        let log_probs = log_softmax(model.logits(model.hidden_packed(inputs.clone(), packing.as_ref())), 2);
         let loss = log_probs.gather(2, targets.clone().unsqueeze_dim::<3>(2)).mean().neg();
         if step == 0 {
             first_loss = loss.clone().into_scalar::<f32>();
@@ -262,18 +290,12 @@ fn engine_name((backend, attention): (Backend, &str)) -> String {
 }
 
 /// A burn round in a fresh process (this program with `--worker`).
-fn burn_round(
-    (backend, attention): (Backend, &str),
-    (batch, seq): (usize, usize),
-    config: &Path,
-    args: &Args,
-    seed: u64,
-) -> Result<Round, String> {
+fn burn_round((backend, attention): (Backend, &str), shape: Shape, config: &Path, args: &Args, seed: u64) -> Result<Round, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut command = Command::new(exe);
     command
         .env("MEMKIT_ATTENTION", attention)
-        .args(["--worker", backend.name(), "--seed", &seed.to_string(), "--shapes", &format!("{batch}x{seq}")])
+        .args(["--worker", backend.name(), "--seed", &seed.to_string(), "--shapes", &shape.to_string()])
         .args(["--config", &config.to_string_lossy()])
         .args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
     if args.checkpointing {
@@ -283,7 +305,7 @@ fn burn_round(
 }
 
 /// A PyTorch + transformers round (benches/sft_torch.py) and its engine string.
-fn torch_round(python: &Path, (batch, seq): (usize, usize), config: &Path, args: &Args) -> Result<(Round, String), String> {
+fn torch_round(python: &Path, Shape { batch, seq, pack }: Shape, config: &Path, args: &Args) -> Result<(Round, String), String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/sft_torch.py");
     let mut command = Command::new(python);
     command
@@ -294,6 +316,9 @@ fn torch_round(python: &Path, (batch, seq): (usize, usize), config: &Path, args:
         .args(["--device", &args.torch_device]);
     if args.checkpointing {
         command.arg("--checkpointing");
+    }
+    if let Some(l) = pack {
+        command.args(["--pack", &l.to_string()]);
     }
     let (round, v) = run_round(command, &format!("{} {}", python.display(), script.display()))?;
     let engine = format!(
@@ -320,9 +345,12 @@ fn fail(message: String) -> ! {
 }
 
 /// Measures one shape: every engine, `rounds` times, alternating. Returns its JSON record.
-fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json::Value {
-    let (batch, seq) = shape;
-    println!("\n## batch {batch} × {seq} tokens");
+fn bench_shape(shape: Shape, config: &Path, args: &Args) -> serde_json::Value {
+    let Shape { batch, seq, pack } = shape;
+    match pack {
+        Some(l) => println!("\n## batch {batch} × {seq} tokens, packed with examples of {l}"),
+        None => println!("\n## batch {batch} × {seq} tokens"),
+    }
     let engines = burn_engines(args);
     let mut burn: Vec<Vec<Round>> = engines.iter().map(|_| Vec::new()).collect();
     // A burn round that fails (a shape that does not fit in memory gets the worker killed) is
@@ -411,7 +439,7 @@ fn bench_shape(shape: (usize, usize), config: &Path, args: &Args) -> serde_json:
             phase("optimizer")
         );
     }
-    json!({ "batch": batch, "seq": seq, "engines": engines })
+    json!({ "batch": batch, "seq": seq, "packed_example_tokens": pack, "engines": engines })
 }
 
 fn main() {
