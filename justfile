@@ -159,12 +159,14 @@ _build-tch: venv
 # sentences, read as records or as their source turns, next to raw turns, rule sentences and
 # LoCoMo's observations, all under memkit's retrieval, with intervals against rule sentences
 # (recipes/eval/ has the rest). Needs the embedder (`just models`; `just demo` fetches it).
+# Options after the recipe go to `memkit eval`: `just eval recipes/eval/locomo-e2e-full.toml --no-qa`
+# measures retrieval only (a recipe's QA takes hours of a local answer model).
 [doc('Evaluate and write reports/<name>/ (default: the published extractor end to end on LoCoMo)')]
-eval recipe="recipes/eval/locomo-keys.toml": build
+eval recipe="recipes/eval/locomo-keys.toml" *args="": build
     #!/usr/bin/env bash
     set -euo pipefail
     start=$(date +%s)
-    {{memkit}} eval --recipe {{recipe}}
+    {{memkit}} eval --recipe {{recipe}} {{args}}
     echo "just eval: {{recipe}} in $(( $(date +%s) - start )) s"
 
 # The test suite (the README's test command; CI runs it). With `just venv` made, the transformers

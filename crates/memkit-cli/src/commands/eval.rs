@@ -29,11 +29,19 @@ pub struct Args {
     /// see `memkit models fetch all-minilm-l6-v2`).
     #[arg(long)]
     embedder_dir: Option<PathBuf>,
+    /// Skip the recipe's [qa] and measure retrieval only (minutes instead of hours with a local
+    /// answer model); the report says so. A later run with QA reuses every cached reply.
+    #[arg(long)]
+    no_qa: bool,
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
-    let recipe = EvalRecipe::from_file(&args.recipe)?;
-    let command = format!("memkit eval --recipe {}", args.recipe.display());
+    let mut recipe = EvalRecipe::from_file(&args.recipe)?;
+    let mut command = format!("memkit eval --recipe {}", args.recipe.display());
+    let skipped_qa = args.no_qa && recipe.qa.take().is_some();
+    if args.no_qa {
+        command.push_str(" --no-qa");
+    }
     let needs_dense = recipe.systems.iter().any(|s| s.uses_dense());
     let embedder = if needs_dense {
         let e = super::load_embedder(args.embedder_dir.as_deref())?
@@ -53,6 +61,9 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
     if !cached.is_empty() {
         report.notes.push(cache_note(&cached));
+    }
+    if skipped_qa {
+        report.notes.push("Question answering: the recipe's `[qa]` was skipped (`--no-qa`); retrieval figures only.".to_string());
     }
     let dir = report.write(&args.reports_dir)?;
     #[allow(clippy::print_stdout)]
