@@ -9,6 +9,7 @@
 //! still have a third route; it rewards shared words and word pieces, not meaning.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use memkit_schema::{MemoryRecord, ParsedQuery};
@@ -20,16 +21,78 @@ use crate::{Error, Hit, Result, Retriever};
 pub use memkit_text::embed::{EmbedError, Embedder, cosine};
 
 /// An embedder that keeps every vector it computed, by text, in memory: a run that embeds the
-/// same records or questions again (an eval recipe with several dense systems) pays once.
+/// same records or questions again (an eval recipe with several dense systems) pays once. Made
+/// [`CachedEmbedder::persistent`], it also keeps them in an SQLite file, so the next run (another
+/// recipe over the same dialogues, the same recipe again) pays nothing for texts seen before.
 pub struct CachedEmbedder<E> {
     inner: E,
     cache: Mutex<HashMap<String, Vec<f32>>>,
+    /// The vectors kept across runs, by model id and text, and the file's path.
+    disk: Option<(Mutex<rusqlite::Connection>, PathBuf)>,
 }
 
 impl<E: Embedder> CachedEmbedder<E> {
     /// Wraps `inner` with an empty cache.
     pub fn new(inner: E) -> Self {
-        CachedEmbedder { inner, cache: Mutex::new(HashMap::new()) }
+        CachedEmbedder { inner, cache: Mutex::new(HashMap::new()), disk: None }
+    }
+
+    /// Wraps `inner` with a cache kept in the SQLite file at `path` (created with its folder
+    /// when missing; WAL, so runs in other processes read and add to it at the same time). A
+    /// vector is keyed by [`Embedder::model_id`] and the exact text: a model id must name fixed
+    /// weights (memkit's packaged embedders are checked by sha256 when fetched).
+    pub fn persistent(inner: E, path: &Path) -> Result<Self> {
+        let wrap = |source| Error::Store { path: path.to_path_buf(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Embed(format!("embedding cache {}: {e}", dir.display())))?;
+        }
+        let conn = rusqlite::Connection::open(path).map_err(wrap)?;
+        conn.busy_timeout(std::time::Duration::from_secs(60)).map_err(wrap)?;
+        let _mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(wrap)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID",
+        )
+        .map_err(wrap)?;
+        Ok(CachedEmbedder { inner, cache: Mutex::new(HashMap::new()), disk: Some((Mutex::new(conn), path.to_path_buf())) })
+    }
+
+    /// The vectors of `texts` the file holds for this model (a stored vector of the wrong
+    /// length counts as missing, and is replaced).
+    fn read_disk(&self, texts: &[&str]) -> Result<HashMap<String, Vec<f32>>, EmbedError> {
+        let Some((conn, path)) = &self.disk else { return Ok(HashMap::new()) };
+        let fail = |e: rusqlite::Error| EmbedError(format!("embedding cache {}: {e}", path.display()));
+        let conn = conn.lock().map_err(|_| EmbedError("the embedding cache lock was poisoned by a panic".into()))?;
+        let mut select = conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND text = ?2").map_err(fail)?;
+        let mut found = HashMap::new();
+        for text in texts {
+            let blob: Option<Vec<u8>> = match select.query_row((self.inner.model_id(), text), |r| r.get(0)) {
+                Ok(blob) => Some(blob),
+                Err(rusqlite::Error::QueryReturnedNoRows) => None,
+                Err(e) => return Err(fail(e)),
+            };
+            if let Some(blob) = blob.filter(|b| b.len() == 4 * self.inner.dim()) {
+                let v = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                found.insert((*text).to_string(), v);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Adds freshly computed vectors to the file, in one transaction.
+    fn write_disk(&self, fresh: &[(&str, &Vec<f32>)]) -> Result<(), EmbedError> {
+        let Some((conn, path)) = &self.disk else { return Ok(()) };
+        let fail = |e: rusqlite::Error| EmbedError(format!("embedding cache {}: {e}", path.display()));
+        let mut conn = conn.lock().map_err(|_| EmbedError("the embedding cache lock was poisoned by a panic".into()))?;
+        let tx = conn.transaction().map_err(fail)?;
+        {
+            let mut insert =
+                tx.prepare_cached("INSERT OR REPLACE INTO embeddings (model, text, vector) VALUES (?1, ?2, ?3)").map_err(fail)?;
+            for (text, v) in fresh {
+                let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                insert.execute((self.inner.model_id(), text, blob)).map_err(fail)?;
+            }
+        }
+        tx.commit().map_err(fail)
     }
 
     /// Number of distinct texts embedded so far.
@@ -50,7 +113,8 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
     fn dim(&self) -> usize {
         self.inner.dim()
     }
-    /// Embeds only the texts not seen before (each once, in one call to the inner embedder).
+    /// Embeds only the texts not seen before, in memory or in the file (each once, in one call
+    /// to the inner embedder).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let poisoned = |_| EmbedError("the embedding cache lock was poisoned by a panic".into());
         let mut missing: Vec<&str> = {
@@ -59,8 +123,12 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
         };
         missing.sort_unstable();
         missing.dedup();
+        let stored = self.read_disk(&missing)?;
+        missing.retain(|t| !stored.contains_key(*t));
         let fresh = if missing.is_empty() { Vec::new() } else { self.inner.embed(&missing)? };
+        self.write_disk(&missing.iter().copied().zip(&fresh).collect::<Vec<_>>())?;
         let mut cache = self.cache.lock().map_err(poisoned)?;
+        cache.extend(stored);
         for (text, v) in missing.iter().zip(fresh) {
             cache.insert((*text).to_string(), v);
         }
@@ -465,5 +533,34 @@ mod tests {
         assert_eq!(again, plain.embed(&["a blue lake", "snow"]).unwrap());
         assert_eq!(*cached.inner.1.lock().unwrap(), 3, "only the new text is embedded");
         assert_eq!(cached.len(), 3);
+    }
+
+    #[test]
+    fn a_persistent_cache_serves_a_later_run_and_replaces_a_vector_of_the_wrong_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache/embeddings.sqlite");
+        let plain = HashingEmbedder::default();
+        let first = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        assert_eq!(first.embed(&["a red fox", "a blue lake"]).unwrap(), plain.embed(&["a red fox", "a blue lake"]).unwrap());
+        assert_eq!(*first.inner.1.lock().unwrap(), 2);
+        drop(first);
+
+        // A later run (a new process would open the same file) embeds only what is new.
+        let later = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        let got = later.embed(&["a blue lake", "snow", "a red fox"]).unwrap();
+        assert_eq!(got, plain.embed(&["a blue lake", "snow", "a red fox"]).unwrap());
+        assert_eq!(*later.inner.1.lock().unwrap(), 1, "only \"snow\" is new");
+        drop(later);
+
+        // A stored vector of the wrong length is embedded again and replaced.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("UPDATE embeddings SET vector = x'00000000' WHERE text = 'snow'", []).unwrap();
+        drop(conn);
+        let third = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        assert_eq!(third.embed(&["snow"]).unwrap(), plain.embed(&["snow"]).unwrap());
+        assert_eq!(*third.inner.1.lock().unwrap(), 1);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let len: i64 = conn.query_row("SELECT length(vector) FROM embeddings WHERE text = 'snow'", [], |r| r.get(0)).unwrap();
+        assert_eq!(len as usize, 4 * plain.dim());
     }
 }

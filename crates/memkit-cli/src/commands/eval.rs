@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use memkit_engine::dense::{CachedEmbedder, Embedder};
 use memkit_eval::recipe::{BoundaryModelSpec, EvalRecipe, ModelSpec, QaSpec, QueryModelSpec, UpdateModelSpec};
 use memkit_eval::runner::{self, QaModels, RunOptions};
 use memkit_infer::chat::ChatModel;
@@ -46,7 +47,11 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let embedder = if needs_dense {
         let e = super::load_embedder(args.embedder_dir.as_deref())?
             .context("the recipe has a system that needs the sentence embedder (the dense route, embedding topic shifts or the update), but it is not installed: run `memkit models fetch all-minilm-l6-v2`")?;
-        Some(e as std::sync::Arc<dyn memkit_engine::dense::Embedder>)
+        // Every vector is kept for the next run: another recipe over the same dialogues, or
+        // this one again, embeds only texts it has not seen.
+        let path = Cache::default_dir().with_file_name("embeddings.sqlite");
+        let cached = CachedEmbedder::persistent(e as Arc<dyn Embedder>, &path)?;
+        Some(Arc::new(cached) as Arc<dyn Embedder>)
     } else {
         None
     };
