@@ -27,8 +27,9 @@ pub use memkit_text::embed::{EmbedError, Embedder, cosine};
 pub struct CachedEmbedder<E> {
     inner: E,
     cache: Mutex<HashMap<String, Vec<f32>>>,
-    /// The vectors kept across runs, by model id and text, and the file's path.
-    disk: Option<(Mutex<rusqlite::Connection>, PathBuf)>,
+    /// The vectors kept across runs, by the model's fingerprint and text; the file's path; the
+    /// fingerprint.
+    disk: Option<(Mutex<rusqlite::Connection>, PathBuf, String)>,
 }
 
 impl<E: Embedder> CachedEmbedder<E> {
@@ -39,9 +40,10 @@ impl<E: Embedder> CachedEmbedder<E> {
 
     /// Wraps `inner` with a cache kept in the SQLite file at `path` (created with its folder
     /// when missing; WAL, so runs in other processes read and add to it at the same time). A
-    /// vector is keyed by [`Embedder::model_id`] and the exact text: a model id must name fixed
-    /// weights (memkit's packaged embedders are checked by sha256 when fetched).
-    pub fn persistent(inner: E, path: &Path) -> Result<Self> {
+    /// vector is keyed by `fingerprint` and the exact text: the fingerprint must change whenever
+    /// the vectors would (memkit-infer's `SentenceEmbedder::fingerprint` hashes the weights and
+    /// tokenizer), since a model id alone does not name its weights.
+    pub fn persistent(inner: E, path: &Path, fingerprint: &str) -> Result<Self> {
         let wrap = |source| Error::Store { path: path.to_path_buf(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::Embed(format!("embedding cache {}: {e}", dir.display())))?;
@@ -53,19 +55,20 @@ impl<E: Embedder> CachedEmbedder<E> {
             "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID",
         )
         .map_err(wrap)?;
-        Ok(CachedEmbedder { inner, cache: Mutex::new(HashMap::new()), disk: Some((Mutex::new(conn), path.to_path_buf())) })
+        let disk = Some((Mutex::new(conn), path.to_path_buf(), fingerprint.to_owned()));
+        Ok(CachedEmbedder { inner, cache: Mutex::new(HashMap::new()), disk })
     }
 
-    /// The vectors of `texts` the file holds for this model (a stored vector of the wrong
+    /// The vectors of `texts` the file holds for this fingerprint (a stored vector of the wrong
     /// length counts as missing, and is replaced).
     fn read_disk(&self, texts: &[&str]) -> Result<HashMap<String, Vec<f32>>, EmbedError> {
-        let Some((conn, path)) = &self.disk else { return Ok(HashMap::new()) };
+        let Some((conn, path, fingerprint)) = &self.disk else { return Ok(HashMap::new()) };
         let fail = |e: rusqlite::Error| EmbedError(format!("embedding cache {}: {e}", path.display()));
         let conn = conn.lock().map_err(|_| EmbedError("the embedding cache lock was poisoned by a panic".into()))?;
         let mut select = conn.prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND text = ?2").map_err(fail)?;
         let mut found = HashMap::new();
         for text in texts {
-            let blob: Option<Vec<u8>> = match select.query_row((self.inner.model_id(), text), |r| r.get(0)) {
+            let blob: Option<Vec<u8>> = match select.query_row((fingerprint, text), |r| r.get(0)) {
                 Ok(blob) => Some(blob),
                 Err(rusqlite::Error::QueryReturnedNoRows) => None,
                 Err(e) => return Err(fail(e)),
@@ -80,7 +83,7 @@ impl<E: Embedder> CachedEmbedder<E> {
 
     /// Adds freshly computed vectors to the file, in one transaction.
     fn write_disk(&self, fresh: &[(&str, &Vec<f32>)]) -> Result<(), EmbedError> {
-        let Some((conn, path)) = &self.disk else { return Ok(()) };
+        let Some((conn, path, fingerprint)) = &self.disk else { return Ok(()) };
         let fail = |e: rusqlite::Error| EmbedError(format!("embedding cache {}: {e}", path.display()));
         let mut conn = conn.lock().map_err(|_| EmbedError("the embedding cache lock was poisoned by a panic".into()))?;
         let tx = conn.transaction().map_err(fail)?;
@@ -89,7 +92,7 @@ impl<E: Embedder> CachedEmbedder<E> {
                 tx.prepare_cached("INSERT OR REPLACE INTO embeddings (model, text, vector) VALUES (?1, ?2, ?3)").map_err(fail)?;
             for (text, v) in fresh {
                 let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                insert.execute((self.inner.model_id(), text, blob)).map_err(fail)?;
+                insert.execute((fingerprint, text, blob)).map_err(fail)?;
             }
         }
         tx.commit().map_err(fail)
@@ -540,13 +543,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache/embeddings.sqlite");
         let plain = HashingEmbedder::default();
-        let first = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        let first = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path, "hashing").unwrap();
         assert_eq!(first.embed(&["a red fox", "a blue lake"]).unwrap(), plain.embed(&["a red fox", "a blue lake"]).unwrap());
         assert_eq!(*first.inner.1.lock().unwrap(), 2);
         drop(first);
 
         // A later run (a new process would open the same file) embeds only what is new.
-        let later = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        let later = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path, "hashing").unwrap();
         let got = later.embed(&["a blue lake", "snow", "a red fox"]).unwrap();
         assert_eq!(got, plain.embed(&["a blue lake", "snow", "a red fox"]).unwrap());
         assert_eq!(*later.inner.1.lock().unwrap(), 1, "only \"snow\" is new");
@@ -556,11 +559,18 @@ mod tests {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute("UPDATE embeddings SET vector = x'00000000' WHERE text = 'snow'", []).unwrap();
         drop(conn);
-        let third = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path).unwrap();
+        let third = CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path, "hashing").unwrap();
         assert_eq!(third.embed(&["snow"]).unwrap(), plain.embed(&["snow"]).unwrap());
         assert_eq!(*third.inner.1.lock().unwrap(), 1);
         let conn = rusqlite::Connection::open(&path).unwrap();
         let len: i64 = conn.query_row("SELECT length(vector) FROM embeddings WHERE text = 'snow'", [], |r| r.get(0)).unwrap();
         assert_eq!(len as usize, 4 * plain.dim());
+        drop(conn);
+
+        // Another fingerprint (other weights under the same model id) shares nothing.
+        let other =
+            CachedEmbedder::persistent(Counting(HashingEmbedder::default(), Mutex::new(0)), &path, "hashing, other weights").unwrap();
+        other.embed(&["a red fox"]).unwrap();
+        assert_eq!(*other.inner.1.lock().unwrap(), 1);
     }
 }

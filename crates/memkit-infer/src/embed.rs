@@ -47,6 +47,8 @@ pub struct SentenceEmbedder {
     max_seq_length: usize,
     pad_id: u32,
     batch_size: usize,
+    /// The directory it was loaded from (its files make [`SentenceEmbedder::fingerprint`]).
+    dir: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for SentenceEmbedder {
@@ -109,7 +111,17 @@ impl SentenceEmbedder {
             max_seq_length,
             pad_id,
             batch_size: DEFAULT_BATCH_SIZE,
+            dir: dir.to_path_buf(),
         })
+    }
+
+    /// What its vectors depend on, for a cache kept across runs: the model id, the sha256 of
+    /// the weights and of the tokenizer (first 16 hex digits each) and the token limit. Two
+    /// directories with the same id but other weights get other fingerprints. Reads both files.
+    pub fn fingerprint(&self) -> Result<String> {
+        let weights = crate::models::sha256_file(&self.dir.join("model.safetensors"))?;
+        let tokenizer = crate::models::sha256_file(&self.dir.join("tokenizer.json"))?;
+        Ok(format!("{} weights:{} tokenizer:{} max_seq_length:{}", self.model_id, &weights[..16], &tokenizer[..16], self.max_seq_length))
     }
 
     /// Sets how many texts go through the encoder at once (at least 1).

@@ -50,7 +50,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         // Every vector is kept for the next run: another recipe over the same dialogues, or
         // this one again, embeds only texts it has not seen.
         let path = Cache::default_dir().with_file_name("embeddings.sqlite");
-        let cached = CachedEmbedder::persistent(e as Arc<dyn Embedder>, &path)?;
+        let fingerprint = e.fingerprint()?;
+        let cached = CachedEmbedder::persistent(e as Arc<dyn Embedder>, &path, &fingerprint)?;
         Some(Arc::new(cached) as Arc<dyn Embedder>)
     } else {
         None
