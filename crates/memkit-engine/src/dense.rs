@@ -51,8 +51,9 @@ impl<E: Embedder> CachedEmbedder<E> {
         let conn = rusqlite::Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(std::time::Duration::from_secs(60)).map_err(wrap)?;
         let _mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(wrap)?;
+        // A rowid table: its rows (a vector is 1.5 KB) are too large for WITHOUT ROWID to pay.
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, text)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (model, text))",
         )
         .map_err(wrap)?;
         let disk = Some((Mutex::new(conn), path.to_path_buf(), fingerprint.to_owned()));
