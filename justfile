@@ -13,6 +13,10 @@ memkit := "target/debug/memkit"
 # benches/requirements.txt (and llama-cpp-python for bench-infer), outside the clone, made once.
 venv := env_var_or_default("MEMKIT_VENV", env_var_or_default("XDG_CACHE_HOME", env_var("HOME") + "/.cache") + "/memkit/venv")
 python := venv + "/bin/python"
+# How the `tch` builds (target/tch: `just train`'s LibTorch binary, `just test-tch`,
+# `just bench-train-tch`) find torch: the venv's, with an rpath to its libraries (tch 0.22 pins
+# libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass).
+tch_env := 'PATH="' + venv + '/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 RUSTFLAGS="-C link-arg=-Wl,-rpath,$(' + python + ' -c ' + "'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), \"lib\"))'" + ')"'
 
 _default:
     @just --list -u
@@ -150,9 +154,7 @@ train recipe="recipes/train/smollm2-135m-messages.toml" *args="": build
 # memkit built with the `tch` feature against the torch of `just venv`, in its own target folder
 # (target/tch), with an rpath to torch's libraries. Compiles once (~15 min here), then nothing.
 _build-tch: venv
-    PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    RUSTFLAGS="-C link-arg=-Wl,-rpath,$({{python}} -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" \
-    cargo build -q -p memkit-cli --features tch --target-dir target/tch
+    {{tch_env}} cargo build -q -p memkit-cli --features tch --target-dir target/tch
 
 # Evaluate on LoCoMo / LongMemEval and write reports/<name>/. The default is the end-to-end report:
 # the published extractor's records (data/extracted/locomo-full/) alone and beside the rule
@@ -174,6 +176,13 @@ eval recipe="recipes/eval/locomo-keys.toml" *args="": build
 [doc('The test suite (what CI runs)')]
 test *args="":
     if [ -x {{python}} ]; then export MEMKIT_TRANSFORMERS_PYTHON={{python}}; fi; cargo test --workspace {{args}}
+
+# memkit-train's tests with the `tch` feature: the same tests, with the LibTorch kernels (torch's
+# fused attention and its backward, training) checked beside flex's. Built in target/tch like
+# `just train`'s LibTorch build.
+[doc("memkit-train's tests on LibTorch too (cargo feature tch)")]
+test-tch *args="": venv
+    {{tch_env}} cargo test -q -p memkit-train --features tch --target-dir target/tch {{args}}
 
 # Criterion micro-benchmarks (BM25, dimension scoring, fusion, query parsing at 10k records),
 # then `just bench-latency`.
@@ -197,13 +206,11 @@ bench-train *args="": build venv
     target/debug/examples/sft_bench --python {{python}} --json benches/results/sft.json {{args}}
 
 # The same with burn's LibTorch backend too (cargo feature `tch`), linked against the torch of
-# `just venv` (tch 0.22 pins libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass), built in
-# target/tch like `just train`'s LibTorch build, so the one build of target/debug stays as it is.
+# `just venv`, built in target/tch like `just train`'s LibTorch build, so the one build of
+# target/debug stays as it is.
 [doc("SFT tokens/s with burn's LibTorch backend too (cargo feature tch)")]
 bench-train-tch *args="": venv
-    PATH="{{venv}}/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 \
-    RUSTFLAGS="-C link-arg=-Wl,-rpath,$({{python}} -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" \
-    cargo run -q -p memkit-train --features tch --target-dir target/tch --example sft_bench -- --python {{python}} --json benches/results/sft.json {{args}}
+    {{tch_env}} cargo run -q -p memkit-train --features tch --target-dir target/tch --example sft_bench -- --python {{python}} --json benches/results/sft.json {{args}}
 
 # llama.cpp generation through memkit-infer next to llama-cpp-python from PyPI, alternating in
 # the same run, on the teacher's real prompt (a LoCoMo extraction window) for every installed

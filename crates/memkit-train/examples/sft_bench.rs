@@ -24,9 +24,10 @@
 //! `MEMKIT_BENCH_PYTHON`) is an interpreter with torch and transformers (`just bench-train`
 //! passes the one `just venv` makes); without one only burn is measured. `--backends` picks among
 //! the burn backends of this build (default: the CPU ones; `libtorch-cuda` and `cuda` need an
-//! NVIDIA GPU); `--attention` how flex trains attention: `flash` (memkit's kernel with its own
-//! backward, the default) and/or `materialised` (scores, mask, softmax and ·V as burn ops, each
-//! kept for backward: what flex trained with before); other backends train the materialised ops.
+//! NVIDIA GPU); `--attention` how the CPU backends train attention: `flash` (the default: memkit's
+//! kernel with its own backward on flex, torch's fused CPU attention and its backward on LibTorch)
+//! and/or `materialised` (scores, mask, softmax and ·V as burn ops, each kept for backward: what
+//! both trained with before); the GPU backends train the materialised ops.
 //! `--torch-device` is where PyTorch runs (default `cpu`). `--checkpointing` turns
 //! on burn's balanced gradient checkpointing and PyTorch's (less memory, more time). Steps are
 //! timed to the device's end of work (`Device::sync`, `torch.cuda.synchronize`). Peak RSS is the
@@ -79,7 +80,7 @@ struct Args {
     python: Option<PathBuf>,
     config: Option<PathBuf>,
     backends: Vec<Backend>,
-    /// flex's attention kernels (`MEMKIT_ATTENTION` in each worker).
+    /// The CPU backends' attention kernels (`MEMKIT_ATTENTION` in each worker).
     attention: Vec<String>,
     torch_device: String,
     checkpointing: bool,
@@ -271,14 +272,15 @@ fn run_round(mut command: Command, who: &str) -> Result<(Round, serde_json::Valu
     Ok((round, serde_json::from_str(line).unwrap_or_default()))
 }
 
-/// The burn engines to measure: each backend, flex once per attention kernel.
+/// The burn engines to measure: each CPU backend once per attention kernel (both have a flash
+/// kernel: memkit's on flex, torch's on LibTorch); the GPU backends train the materialised ops.
 fn burn_engines(args: &Args) -> Vec<(Backend, &str)> {
     let mut engines = Vec::new();
     for &backend in &args.backends {
-        if backend == Backend::Flex {
-            engines.extend(args.attention.iter().map(|a| (backend, a.as_str())));
-        } else {
+        if backend.needs_gpu() {
             engines.push((backend, "materialised"));
+        } else {
+            engines.extend(args.attention.iter().map(|a| (backend, a.as_str())));
         }
     }
     engines

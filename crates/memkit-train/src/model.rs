@@ -485,34 +485,31 @@ enum AttentionKernel {
     /// softmax on flex (no `[seq, seq]` scores in memory), torch's SDPA on LibTorch. Forward
     /// only: burn-autodiff 0.22's `attention` is `attention_fallback`, the materialised ops.
     Fused,
-    /// memkit's causal attention with its own backward ([`crate::attention`]): no `[seq, seq]`
-    /// tensor forward or backward, and grouped-query attention without copying k and v per head.
-    /// Used under autodiff, and for packed rows on flex. Holds the packed rows' segment starts
-    /// (empty: one causal sequence per row).
+    /// Causal attention with its own backward ([`crate::attention`]): memkit's kernel on flex,
+    /// torch's fused CPU attention on LibTorch; no `[seq, seq]` tensor kept for backward. Used
+    /// under autodiff, and for packed rows. Holds the packed rows' segment starts (empty: one
+    /// causal sequence per row).
     Flash(Vec<u32>),
     /// Scores, an additive mask (`[1, 1, seq, seq]` causal, or `[rows, 1, seq, seq]` causal
     /// within each packed example; 0 or -inf, one for all layers), softmax and `·V` as separate
     /// ops: what training ran before [`AttentionKernel::Flash`], kept as its reference in tests
-    /// and benches, and LibTorch's. (Boxed: a tensor handle is a few hundred bytes.)
+    /// and benches, and for backends without a flash kernel (LibTorch on CUDA, CubeCL).
+    /// (Boxed: a tensor handle is a few hundred bytes.)
     Materialised(Box<Tensor<4>>),
 }
 
 impl AttentionKernel {
-    /// burn's fused op for inference; under autodiff, memkit's flash attention on flex and the
-    /// materialised ops on LibTorch (whose matmuls run them at 1.17x PyTorch at 4 × 256,
-    /// benches/README.md; the flash kernel is host code). `MEMKIT_ATTENTION=materialised` trains
-    /// flex with the materialised ops too: the benches' reference.
-    ///
-    /// Packed rows need the segment starts, which burn's fused op does not take: flex runs them
-    /// with memkit's kernel with or without autodiff, other backends with the materialised ops.
+    /// burn's fused op for inference; under autodiff, and for packed rows (which burn's fused op
+    /// cannot take), the flash kernels on flex and on LibTorch's CPU, the materialised ops
+    /// elsewhere. `MEMKIT_ATTENTION=materialised` trains with the materialised ops everywhere:
+    /// the benches' reference.
     fn for_device(device: &Device, seq_len: usize, packing: Option<&Packing>) -> Self {
         let starts = packing.map(|p| p.starts.clone()).unwrap_or_default();
         if !device.is_autodiff() && packing.is_none() {
             return AttentionKernel::Fused;
         }
-        let flex = matches!(device.clone().inner().as_dispatch(), DispatchDevice::Flex(_));
         let reference = device.is_autodiff() && std::env::var("MEMKIT_ATTENTION").is_ok_and(|v| v == "materialised");
-        if flex && !reference { AttentionKernel::Flash(starts) } else { Self::materialised(device, seq_len, &starts) }
+        if has_flash_kernel(device) && !reference { AttentionKernel::Flash(starts) } else { Self::materialised(device, seq_len, &starts) }
     }
 
     /// The materialised ops with their mask for `seq_len` positions: causal, or causal within
@@ -550,6 +547,17 @@ impl AttentionKernel {
                 softmax(scores, 3).matmul(v)
             }
         }
+    }
+}
+
+/// Whether [`crate::attention::FlashAttention`] runs on `device`: flex, and LibTorch on the CPU.
+fn has_flash_kernel(device: &Device) -> bool {
+    match device.clone().inner().as_dispatch() {
+        DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "tch")]
+        #[allow(deprecated)] // burn-tch is deprecated in burn 0.22 and still the LibTorch path
+        DispatchDevice::LibTorch(burn::backend::libtorch::LibTorchDevice::Cpu) => true,
+        _ => false,
     }
 }
 
@@ -807,10 +815,21 @@ mod tests {
     /// attention (4 query heads over 2 kv heads).
     #[test]
     fn fused_flash_and_materialised_attention_agree_in_forward_and_gradients() {
+        for device in flash_devices() {
+            flash_and_materialised_attention_agree_on(device);
+        }
+    }
+
+    /// The CPU devices with a flash kernel in this build: flex, and LibTorch with the `tch`
+    /// feature (`just test-tch`).
+    fn flash_devices() -> Vec<Device> {
+        crate::Backend::all().into_iter().filter(|b| !b.needs_gpu()).map(|b| b.device()).collect()
+    }
+
+    fn flash_and_materialised_attention_agree_on(device: Device) {
         // 37 positions: not a multiple of any tile (flex's flash kernel, memkit's 32-row tiles),
         // so both run a ragged last tile.
         let (q_shape, kv_shape) = ([2, 4, 37, 16], [2, 2, 37, 16]);
-        let device = crate::cpu_device();
         assert!(matches!(AttentionKernel::for_device(&device, 37, None), AttentionKernel::Fused));
         let q = normal(q_shape, 1, &device);
         let [k, v] = [2, 3].map(|seed| normal(kv_shape, seed, &device));
@@ -821,7 +840,7 @@ mod tests {
         for kernel in [AttentionKernel::Fused, AttentionKernel::Flash(Vec::new())] {
             let out = kernel.attend(q.clone(), k.clone(), v.clone());
             let diff = max_abs_diff(out.clone(), reference.clone());
-            assert!(diff < 1e-4, "{kernel:?}: forward differs by {diff}");
+            assert!(diff < 1e-4, "{device:?} {kernel:?}: forward differs by {diff}");
             // Causal: the first position reads only itself, so each head returns its kv head's
             // value row.
             let first = |t: Tensor<4>, heads: usize| t.slice([0..2, 0..heads, 0..1, 0..16]);
@@ -841,9 +860,9 @@ mod tests {
         let reference = grads_of(&AttentionKernel::materialised(&ad, 37, &[]));
         for kernel in [AttentionKernel::Fused, AttentionKernel::Flash(Vec::new())] {
             for (name, (a, b)) in ["q", "k", "v"].into_iter().zip(grads_of(&kernel).into_iter().zip(reference.clone())) {
-                assert_eq!(a.dims(), b.dims(), "{kernel:?}: d{name}");
+                assert_eq!(a.dims(), b.dims(), "{device:?} {kernel:?}: d{name}");
                 let diff = max_abs_diff(a.clone(), b);
-                assert!(diff < 1e-4, "{kernel:?}: d{name} differs by {diff}");
+                assert!(diff < 1e-4, "{device:?} {kernel:?}: d{name} differs by {diff}");
                 assert!(a.abs().max().into_scalar::<f32>() > 1e-2, "d{name} is not trivially zero");
             }
         }
@@ -870,8 +889,14 @@ mod tests {
     /// the materialised ops: a token sees only its own example, at positions from 0.
     #[test]
     fn packed_rows_give_each_example_its_own_hidden_states_and_gradients() {
+        for device in flash_devices() {
+            packed_rows_give_each_example_its_own_hidden_states_and_gradients_on(device);
+        }
+    }
+
+    fn packed_rows_give_each_example_its_own_hidden_states_and_gradients_on(plain: Device) {
         let cfg = tiny_config("qwen2", 32, 1e-6);
-        let device = crate::cpu_device().autodiff();
+        let device = plain.clone().autodiff();
         let model = Model::new(&cfg, &random_weights(&cfg, 3), Path::new("random"), BuildOptions { lora: None, seed: 3 }, &device).unwrap();
         let examples: [Vec<i64>; 3] = [vec![3, 14, 15, 9, 26], vec![5, 35, 8], vec![9, 7, 9, 32, 38, 4]];
         let ids = |rows: Vec<Vec<i64>>, len: usize| {
@@ -913,18 +938,16 @@ mod tests {
                 .zip([host(&h, 0, 0, 5), host(&h, 0, 5, 3), host(&h, 1, 0, 6)].into_iter().zip(reference.clone()))
             {
                 let diff = (got - want).abs().max().into_scalar::<f32>();
-                assert!(diff < 1e-4, "{kernel:?}: the {name} example's hidden states differ by {diff}");
+                assert!(diff < 1e-4, "{plain:?} {kernel:?}: the {name} example's hidden states differ by {diff}");
             }
             let g = grad(loss_at(&h, 0, 0, 0) + loss_at(&h, 0, 5, 1) + loss_at(&h, 1, 0, 2));
             let scale = reference_grad.clone().abs().max().into_scalar::<f32>();
             let diff = (g - reference_grad.clone()).abs().max().into_scalar::<f32>();
-            assert!(scale > 1e-3 && diff < 1e-4 * scale.max(1.0), "{kernel:?}: the embedding's gradient differs by {diff}");
+            assert!(scale > 1e-3 && diff < 1e-4 * scale.max(1.0), "{plain:?} {kernel:?}: the embedding's gradient differs by {diff}");
         }
-        // Without autodiff, packed rows run memkit's kernel on flex (burn's fused op takes no
+        // Without autodiff, packed rows run the flash kernel too (burn's fused op takes no
         // segments).
-        assert!(
-            matches!(AttentionKernel::for_device(&crate::cpu_device(), 8, Some(&packing)), AttentionKernel::Flash(s) if s == packing.starts)
-        );
+        assert!(matches!(AttentionKernel::for_device(&plain, 8, Some(&packing)), AttentionKernel::Flash(s) if s == packing.starts));
     }
 
     /// See: issue 42. A training step's loss and the gradient that reaches the (tied) embedding
@@ -932,8 +955,13 @@ mod tests {
     /// replaced (two layers, grouped-query attention, 45 positions: a ragged second tile).
     #[test]
     fn a_training_step_gives_the_same_loss_and_gradients_with_flash_and_materialised_attention() {
+        for device in flash_devices() {
+            a_training_step_is_the_same_with_flash_and_materialised_attention_on(device.autodiff());
+        }
+    }
+
+    fn a_training_step_is_the_same_with_flash_and_materialised_attention_on(device: Device) {
         let cfg = tiny_config("llama", 32, 1e-5);
-        let device = crate::cpu_device().autodiff();
         let model = Model::new(&cfg, &random_weights(&cfg, 5), Path::new("random"), BuildOptions { lora: None, seed: 5 }, &device).unwrap();
         let (batch, len) = (2, 45);
         let ids: Vec<i64> = (0..batch * len).map(|i| ((i * 13 + i / 7) % 50) as i64).collect();
@@ -950,9 +978,9 @@ mod tests {
         };
         let (flash_loss, flash_grad) = step(&AttentionKernel::Flash(Vec::new()));
         let (loss, grad) = step(&AttentionKernel::materialised(&device, len, &[]));
-        assert!(loss > 3.0 && (flash_loss - loss).abs() < 1e-5, "loss {flash_loss} against {loss}");
+        assert!(loss > 3.0 && (flash_loss - loss).abs() < 1e-5, "{device:?}: loss {flash_loss} against {loss}");
         let scale = grad.clone().abs().max().into_scalar::<f32>();
         let diff = (flash_grad - grad).abs().max().into_scalar::<f32>();
-        assert!(scale > 1e-3 && diff < 1e-4 * scale.max(1.0), "the embedding's gradient differs by {diff} (largest {scale})");
+        assert!(scale > 1e-3 && diff < 1e-4 * scale.max(1.0), "{device:?}: the embedding's gradient differs by {diff} (largest {scale})");
     }
 }
