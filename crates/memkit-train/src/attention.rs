@@ -17,6 +17,10 @@
 //! and the work outside that block-diagonal band is never done. The host round trip (into `TensorData` and back) costs
 //! `O(seq · dim)` per head against the kernel's `O(seq² · dim)`.
 
+// burn-tch is deprecated in burn 0.22 and still the LibTorch path: the extension macro names
+// `burn::backend::LibTorch` in the code it generates at the module level.
+#![cfg_attr(feature = "tch", allow(deprecated))]
+
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -444,8 +448,6 @@ impl FlashAttention for Flex {
 /// kernel's own).
 #[cfg(feature = "tch")]
 mod torch {
-    #![allow(deprecated)] // burn-tch is deprecated in burn 0.22 and still the LibTorch path
-
     use burn::backend::LibTorch;
     use burn::backend::libtorch::TchTensor;
     use burn::backend::tensor::FloatTensor;
