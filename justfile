@@ -15,8 +15,9 @@ venv := env_var_or_default("MEMKIT_VENV", env_var_or_default("XDG_CACHE_HOME", e
 python := venv + "/bin/python"
 # How the `tch` builds (target/tch: `just train`'s LibTorch binary, `just test-tch`,
 # `just bench-train-tch`) find torch: the venv's, with an rpath to its libraries (tch 0.22 pins
-# libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass). The doctests get the rpath too.
-torch_rpath := '"-C link-arg=-Wl,-rpath,$(' + python + ' -c ' + "'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), \"lib\"))'" + ')"'
+# libtorch 2.9.0; 2.9.1 is ABI-compatible, hence the bypass). The doctests get the rpath too;
+# torch is found without importing it (the rpath is worked out twice, in milliseconds).
+torch_rpath := '"-C link-arg=-Wl,-rpath,$(' + python + ' -c ' + "'import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec(\"torch\").origin), \"lib\"))'" + ')"'
 tch_env := 'PATH="' + venv + '/bin:$PATH" LIBTORCH_USE_PYTORCH=1 LIBTORCH_BYPASS_VERSION_CHECK=1 RUSTFLAGS=' + torch_rpath + ' RUSTDOCFLAGS=' + torch_rpath
 
 _default:
