@@ -61,9 +61,10 @@ distill recipe="recipes/distill/lme-decomposed.toml" *args="": build
 # Score extractors on the hand-labelled gold set (data/gold/): the rule extractor, LoCoMo's
 # observations and the local teacher (decomposed; `mode=window` for whole windows) extract the
 # gold dialogues into data/extracted/gold/, then `memkit compare` writes reports/gold/. The
-# teacher's replies are cached, so a re-run after a change of grounding or validation costs only
-# new requests. About an hour of teacher time on 2 idle cores the first time (3,581 s with
-# `repair=dropped` on 2026-12-06). A student GGUF
+# teacher's replies are kept in the repository (data/extracted/gold/replies/, a few KB each), so
+# a re-run on any clone, after a change of grounding or validation, costs only new requests, and
+# a run cut short resumes where it stopped. About an hour of teacher time on 2 idle cores for a
+# labelling not asked before (3,581 s with `repair=dropped` on 2026-12-06). A student GGUF
 # joins the table with `just gold decomposed <student.gguf> <window>`, asked as the distilled
 # data it learnt from: windows of 5 messages with 1 of context for a whole-window student
 # (`student-windows`), of 2 (one message and the one before it) for a student of `messages/`
@@ -85,7 +86,7 @@ gold mode="decomposed" student="" student_window="5" samples="1" choose="vote" a
     for s in $(cat data/gold/lme-s.sessions); do lme_dialogues="$lme_dialogues --haystack-session $s"; done
     lme="$lme_dialogues --window 5 --overlap 1"
     tokens=400; if [ {{mode}} = window ]; then tokens=1024; fi
-    teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}}"
+    teacher="--model qwen2.5-coder-1.5b-instruct --batch 4 --max-memories 12 --max-tokens $tokens --teach {{mode}} --cache-dir $out/replies"
     labelling={{mode}}
     if [ {{samples}} != 1 ]; then
         teacher="$teacher --samples {{samples}} --choose {{choose}} --agree {{agree}}"

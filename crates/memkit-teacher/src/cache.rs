@@ -119,11 +119,40 @@ impl Cache {
         let bytes = serde_json::to_vec(entry).expect("plain data serialises");
         crate::write_atomic(&path, &bytes)
     }
+
+    /// Replies to `requests`, each with its key: from the cache where it has them, from `model`
+    /// otherwise, a batch of `model.parallel()` at a time, each batch's replies stored before
+    /// the next batch is asked (a run killed mid-way keeps every finished batch). Per request,
+    /// the reply and whether the cache had it, or the backend's failure (never cached); the
+    /// outer error is a cache that cannot be read or written.
+    pub fn answer(&self, model: &dyn ChatModel, requests: &[(&ChatRequest, &str)]) -> Result<Vec<memkit_infer::Result<(Reply, bool)>>> {
+        let mut out: Vec<Option<memkit_infer::Result<(Reply, bool)>>> = Vec::with_capacity(requests.len());
+        for (_, key) in requests {
+            out.push(self.get(key)?.map(|e| Ok((Reply { text: e.raw, usage: e.usage }, true))));
+        }
+        let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
+        for batch in missing.chunks(model.parallel().max(1)) {
+            let asked: Vec<ChatRequest> = batch.iter().map(|&i| requests[i].0.clone()).collect();
+            let mut replies = model.complete(&asked).into_iter();
+            for &i in batch {
+                out[i] = Some(match replies.next() {
+                    Some(Ok(reply)) => {
+                        self.put(requests[i].1, &Entry { model: model.id().to_owned(), raw: reply.text.clone(), usage: reply.usage })?;
+                        Ok((reply, false))
+                    }
+                    Some(Err(e)) => Err(e),
+                    None => Err(memkit_infer::Error::Backend(format!("{}: fewer replies than requests", model.id()))),
+                });
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every request answered")).collect())
+    }
 }
 
 /// A chat model whose replies are kept in a [`Cache`], keyed by the model id, the messages, the
-/// token limit, the schema and repeat damping (replies are greedy): a re-run asks nothing again
-/// and an interrupted run resumes. Only replies are cached, never backend failures.
+/// token limit, the schema, repeat damping and the draw's sampling (none for a greedy request): a
+/// re-run asks nothing again and an interrupted run resumes. Only replies are cached, never
+/// backend failures.
 pub struct CachedChat {
     model: Box<dyn ChatModel>,
     cache: Cache,
@@ -159,12 +188,16 @@ impl CachedChat {
     }
 
     fn key(&self, request: &ChatRequest) -> String {
-        let params = serde_json::json!({
+        let mut params = serde_json::json!({
             "max_tokens": request.max_tokens,
             "schema": request.schema,
             "temperature": 0,
             "avoid_repeats": request.avoid_repeats,
         });
+        // A draw is its own request; greedy keys stay the ones written before draws existed.
+        if let Some(sample) = request.sample {
+            params["sample"] = serde_json::json!(sample);
+        }
         key(self.model.id(), &request.messages, &params)
     }
 }
@@ -179,38 +212,26 @@ impl ChatModel for CachedChat {
     }
 
     fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
-        let cache_error = |e: Error| memkit_infer::Error::Backend(format!("reply cache {}: {e}", self.cache.dir().display()));
         let keys: Vec<String> = requests.iter().map(|r| self.key(r)).collect();
-        let mut out: Vec<Option<memkit_infer::Result<Reply>>> = Vec::with_capacity(requests.len());
-        for key in &keys {
-            out.push(match self.cache.get(key) {
-                Ok(Some(entry)) => Some(Ok(Reply { text: entry.raw, usage: entry.usage })),
-                Ok(None) => None,
-                Err(e) => Some(Err(cache_error(e))),
-            });
-        }
-        let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
+        let keyed: Vec<(&ChatRequest, &str)> = requests.iter().zip(&keys).map(|(r, k)| (r, k.as_str())).collect();
         self.requests.fetch_add(requests.len(), Ordering::Relaxed);
-        self.hits.fetch_add(requests.len() - missing.len(), Ordering::Relaxed);
-        if !missing.is_empty() {
-            let asked: Vec<ChatRequest> = missing.iter().map(|&i| requests[i].clone()).collect();
-            let mut replies = self.model.complete(&asked).into_iter();
-            for &i in &missing {
-                let reply = match replies.next() {
-                    Some(Ok(reply)) => {
-                        let entry = Entry { model: self.model.id().to_owned(), raw: reply.text.clone(), usage: reply.usage };
-                        match self.cache.put(&keys[i], &entry) {
-                            Ok(()) => Ok(reply),
-                            Err(e) => Err(cache_error(e)),
+        match self.cache.answer(self.model.as_ref(), &keyed) {
+            Ok(answers) => answers
+                .into_iter()
+                .map(|a| {
+                    a.map(|(reply, cached)| {
+                        if cached {
+                            self.hits.fetch_add(1, Ordering::Relaxed);
                         }
-                    }
-                    Some(Err(e)) => Err(e),
-                    None => Err(memkit_infer::Error::Backend(format!("{}: fewer replies than requests", self.model.id()))),
-                };
-                out[i] = Some(reply);
+                        reply
+                    })
+                })
+                .collect(),
+            Err(e) => {
+                let message = format!("reply cache {}: {e}", self.cache.dir().display());
+                requests.iter().map(|_| Err(memkit_infer::Error::Backend(message.clone()))).collect()
             }
         }
-        out.into_iter().flatten().collect()
     }
 }
 
@@ -302,8 +323,67 @@ mod tests {
         assert_eq!(asked.load(SeqCst), 4, "only \"down\" and \"xy\" reach the model");
         assert_eq!(chat.stats(), CacheStats { requests: 3, hits: 1 });
         assert!((chat.stats().hit_rate() - 1.0 / 3.0).abs() < 1e-12);
-        // Another token limit is another request.
+        // Another token limit is another request, and so is a draw.
         assert_eq!(chat.complete(&requests(&["abc"], 9))[0].as_ref().unwrap().text, "cba");
         assert_eq!(asked.load(SeqCst), 5);
+        let draw = ChatRequest::new(vec![ChatMessage::user("abc")], 8).with_sample(Sample { temperature: 0.7, top_p: 0.95, seed: 1 });
+        assert_eq!(chat.complete(&[draw])[0].as_ref().unwrap().text, "cba");
+        assert_eq!(asked.load(SeqCst), 6);
+    }
+
+    /// Takes two requests a call; on each call, notes how many replies the cache holds, and
+    /// fails its third call.
+    struct Batched {
+        dir: std::path::PathBuf,
+        seen: std::sync::Mutex<Vec<usize>>,
+    }
+    impl ChatModel for Batched {
+        fn id(&self) -> &str {
+            "batched"
+        }
+        fn parallel(&self) -> usize {
+            2
+        }
+        fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
+            let stored = walkdir(&self.dir);
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(stored);
+            let failing = seen.len() == 3;
+            requests
+                .iter()
+                .map(|r| {
+                    if failing {
+                        Err(memkit_infer::Error::Backend("killed".into()))
+                    } else {
+                        Ok(Reply { text: r.messages[0].content.clone(), usage: Usage::default() })
+                    }
+                })
+                .collect()
+        }
+    }
+
+    fn walkdir(dir: &Path) -> usize {
+        let Ok(shards) = std::fs::read_dir(dir) else { return 0 };
+        shards.map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count()).sum()
+    }
+
+    #[test]
+    fn replies_reach_the_disk_batch_by_batch_so_a_failure_keeps_the_finished_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let model = Batched { dir: dir.path().to_owned(), seen: Default::default() };
+        let requests: Vec<ChatRequest> = (0..6).map(|i| ChatRequest::new(vec![ChatMessage::user(format!("r{i}"))], 8)).collect();
+        let keys: Vec<String> = (0..6).map(|i| format!("{i:02}{}", "0".repeat(62))).collect();
+        let keyed: Vec<(&ChatRequest, &str)> = requests.iter().zip(&keys).map(|(r, k)| (r, k.as_str())).collect();
+        let answers = cache.answer(&model, &keyed).unwrap();
+        // Three calls of two: before each, the replies of every earlier call were on disk.
+        assert_eq!(*model.seen.lock().unwrap(), vec![0, 2, 4]);
+        assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 4);
+        assert!(answers[4].is_err() && answers[5].is_err());
+        assert_eq!(walkdir(dir.path()), 4, "the failed batch is not cached");
+        // Asked again: the four come from the cache, the two failures reach the model.
+        let again = cache.answer(&model, &keyed).unwrap();
+        assert_eq!(again.iter().map(|a| a.as_ref().unwrap().1).collect::<Vec<_>>(), [true, true, true, true, false, false]);
+        assert_eq!(again[5].as_ref().unwrap().0.text, "r5");
     }
 }

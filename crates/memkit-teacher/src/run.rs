@@ -13,7 +13,7 @@ use memkit_infer::chat::ChatRequest;
 use memkit_infer::reply::Usage;
 use memkit_prompt::Prompts;
 
-use crate::cache::{self, Cache, request_key};
+use crate::cache::{Cache, request_key};
 use crate::corpus::{self, Corpus, CorpusWindow};
 use crate::label::{self, Plan, Repair};
 use crate::ledger::{self, Entry, Failure, Ledger, Status, failures_path, ledger_path};
@@ -70,30 +70,16 @@ pub struct RunSummary {
 /// A reply with its usage, and whether it came from the cache.
 type Answer = ((String, Usage), bool);
 
-/// Replies to `requests` from the cache where it has them, from the teacher otherwise, in one
-/// call (a local teacher batches them after their shared prefix; a server takes them
-/// `concurrency` at a time), stored in the cache as they come. `Err` per request is a backend
+/// Replies to `requests` from the cache where it has them, from the teacher otherwise (a
+/// local teacher batches them after their shared prefix; a server takes them `concurrency` at a
+/// time), stored in the cache batch by batch ([`Cache::answer`]). `Err` per request is a backend
 /// failure.
 fn ask(teacher: &Teacher, cache: &Cache, requests: &[(&ChatRequest, &str)]) -> Result<Vec<std::result::Result<Answer, String>>> {
-    let mut out: Vec<Option<std::result::Result<Answer, String>>> = Vec::with_capacity(requests.len());
-    for (_, key) in requests {
-        out.push(cache.get(key)?.map(|e| Ok(((e.raw, e.usage), true))));
-    }
-    let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
-    if !missing.is_empty() {
-        let asked: Vec<ChatRequest> = missing.iter().map(|&i| requests[i].0.clone()).collect();
-        for (&i, result) in missing.iter().zip(teacher.complete(&asked)) {
-            out[i] = Some(match result {
-                Ok(reply) => {
-                    let entry = cache::Entry { model: teacher.id().to_owned(), raw: reply.text.clone(), usage: reply.usage };
-                    cache.put(requests[i].1, &entry)?;
-                    Ok(((reply.text, reply.usage), false))
-                }
-                Err(reason) => Err(reason),
-            });
-        }
-    }
-    Ok(out.into_iter().map(|r| r.expect("every request answered")).collect())
+    Ok(cache
+        .answer(teacher.model(), requests)?
+        .into_iter()
+        .map(|a| a.map(|(reply, cached)| ((reply.text, reply.usage), cached)).map_err(|e| e.to_string()))
+        .collect())
 }
 
 /// One window on its way through [`label_windows`].

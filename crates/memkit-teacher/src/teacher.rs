@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memkit_infer::chat::{ChatModel, ChatRequest, OpenAiChat, Reply};
+use memkit_infer::chat::{ChatModel, OpenAiChat};
 use memkit_infer::openai::{OpenAiClient, OpenAiConfig};
 
 use crate::recipe::{Price, TeacherSpec};
@@ -40,10 +40,9 @@ impl Teacher {
         self.model.parallel().max(1)
     }
 
-    /// One result per request; an `Err` is a backend failure (timeout, HTTP error, engine
-    /// error), never bad model output.
-    pub fn complete(&self, requests: &[ChatRequest]) -> Vec<std::result::Result<Reply, String>> {
-        self.model.complete(requests).into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
+    /// The chat model, asked through the reply cache ([`crate::cache::Cache::answer`]).
+    pub fn model(&self) -> &dyn ChatModel {
+        self.model.as_ref()
     }
 
     /// Prices for the cost estimate, if known.
