@@ -128,7 +128,10 @@ impl Cache {
     pub fn answer(&self, model: &dyn ChatModel, requests: &[(&ChatRequest, &str)]) -> Result<Vec<memkit_infer::Result<(Reply, bool)>>> {
         let mut out: Vec<Option<memkit_infer::Result<(Reply, bool)>>> = Vec::with_capacity(requests.len());
         for (_, key) in requests {
-            out.push(self.get(key)?.map(|e| Ok((Reply { text: e.raw, usage: e.usage }, true))));
+            out.push(match self.get(key)? {
+                Some(e) => Some(Ok((Reply { text: e.raw, usage: e.usage }, true))),
+                None => None,
+            });
         }
         let missing: Vec<usize> = (0..requests.len()).filter(|&i| out[i].is_none()).collect();
         for batch in missing.chunks(model.parallel().max(1)) {
@@ -145,7 +148,7 @@ impl Cache {
                 });
             }
         }
-        Ok(out.into_iter().map(|r| r.expect("every request answered")).collect())
+        Ok(out.into_iter().flatten().collect())
     }
 }
 
@@ -215,23 +218,27 @@ impl ChatModel for CachedChat {
         let keys: Vec<String> = requests.iter().map(|r| self.key(r)).collect();
         let keyed: Vec<(&ChatRequest, &str)> = requests.iter().zip(&keys).map(|(r, k)| (r, k.as_str())).collect();
         self.requests.fetch_add(requests.len(), Ordering::Relaxed);
+        let mut out = Vec::with_capacity(requests.len());
         match self.cache.answer(self.model.as_ref(), &keyed) {
-            Ok(answers) => answers
-                .into_iter()
-                .map(|a| {
-                    a.map(|(reply, cached)| {
-                        if cached {
-                            self.hits.fetch_add(1, Ordering::Relaxed);
+            Ok(answers) => {
+                for answer in answers {
+                    out.push(match answer {
+                        Ok((reply, cached)) => {
+                            self.hits.fetch_add(usize::from(cached), Ordering::Relaxed);
+                            Ok(reply)
                         }
-                        reply
-                    })
-                })
-                .collect(),
+                        Err(e) => Err(e),
+                    });
+                }
+            }
             Err(e) => {
                 let message = format!("reply cache {}: {e}", self.cache.dir().display());
-                requests.iter().map(|_| Err(memkit_infer::Error::Backend(message.clone()))).collect()
+                for _ in requests {
+                    out.push(Err(memkit_infer::Error::Backend(message.clone())));
+                }
             }
         }
+        out
     }
 }
 
@@ -345,24 +352,23 @@ mod tests {
             2
         }
         fn complete(&self, requests: &[ChatRequest]) -> Vec<memkit_infer::Result<Reply>> {
-            let stored = walkdir(&self.dir);
+            let stored = stored(&self.dir);
             let mut seen = self.seen.lock().unwrap();
             seen.push(stored);
             let failing = seen.len() == 3;
-            requests
-                .iter()
-                .map(|r| {
-                    if failing {
-                        Err(memkit_infer::Error::Backend("killed".into()))
-                    } else {
-                        Ok(Reply { text: r.messages[0].content.clone(), usage: Usage::default() })
-                    }
-                })
-                .collect()
+            let mut out = Vec::new();
+            for r in requests {
+                out.push(if failing {
+                    Err(memkit_infer::Error::Backend("killed".into()))
+                } else {
+                    Ok(Reply { text: r.messages[0].content.clone(), usage: Usage::default() })
+                });
+            }
+            out
         }
     }
 
-    fn walkdir(dir: &Path) -> usize {
+    fn stored(dir: &Path) -> usize {
         let Ok(shards) = std::fs::read_dir(dir) else { return 0 };
         shards.map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count()).sum()
     }
@@ -380,7 +386,7 @@ mod tests {
         assert_eq!(*model.seen.lock().unwrap(), vec![0, 2, 4]);
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 4);
         assert!(answers[4].is_err() && answers[5].is_err());
-        assert_eq!(walkdir(dir.path()), 4, "the failed batch is not cached");
+        assert_eq!(stored(dir.path()), 4, "the failed batch is not cached");
         // Asked again: the four come from the cache, the two failures reach the model.
         let again = cache.answer(&model, &keyed).unwrap();
         assert_eq!(again.iter().map(|a| a.as_ref().unwrap().1).collect::<Vec<_>>(), [true, true, true, true, false, false]);
