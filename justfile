@@ -155,7 +155,8 @@ train recipe="recipes/train/smollm2-135m-messages.toml" *args="": build
     echo "just train: {{recipe}} on $backend in $(( $(date +%s) - start )) s"
 
 # memkit built with the `tch` feature against the torch of `just venv`, in its own target folder
-# (target/tch), with an rpath to torch's libraries. Compiles once (~15 min here), then nothing.
+# (target/tch), with an rpath to torch's libraries. Compiles once (1,040 s on a fresh machine,
+# 2026-12-07), then nothing.
 _build-tch: venv
     {{tch_env}} cargo build -q -p memkit-cli --features tch --target-dir target/tch
 
