@@ -145,6 +145,14 @@ fn kill_9_mid_run_loses_at_most_the_window_in_flight() {
         let bytes = std::fs::read(out.join(name)).unwrap();
         assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"), "{name} is a parquet file");
     }
+
+    // Every window is in the ledger: a run writes the dataset without starting the teacher, so a
+    // clone of finished labels needs no teacher model (here, one that is not there at all).
+    let (same_recipe, _) = write_recipe(dir.path(), windows, std::path::Path::new("/nonexistent/teacher.gguf"), "");
+    assert_eq!(same_recipe, recipe);
+    let output = distill().output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read_to_string(out.join("train.jsonl")).unwrap(), train, "the same dataset, from the ledger");
 }
 
 /// Each window's validated records, by window id.

@@ -28,7 +28,7 @@ pub mod stats;
 pub mod teacher;
 
 pub use recipe::DistillRecipe;
-pub use run::{Progress, RunOptions, RunSummary, run};
+pub use run::{Progress, RunOptions, RunSummary, run, unfinished};
 pub use teacher::Teacher;
 
 /// Errors of distillation, each naming the file, line or window at fault.

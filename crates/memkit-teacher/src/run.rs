@@ -270,6 +270,15 @@ fn finish(
     Ok((entry, None))
 }
 
+/// The recipe's windows, and how many of them the ledger does not hold finished yet: with none,
+/// a run has nothing to ask and the dataset can be written without the teacher.
+pub fn unfinished(recipe: &DistillRecipe, options: &RunOptions) -> Result<(Corpus, usize)> {
+    let corpus = corpus::select(&recipe.corpus, &options.data_dir)?;
+    let done = ledger::finished(ledger::read(&ledger_path(&recipe.out_dir()))?);
+    let pending = corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)).count();
+    Ok((corpus, pending))
+}
+
 /// Labels the recipe's windows that are not finished yet.
 pub fn run(
     recipe: &DistillRecipe,

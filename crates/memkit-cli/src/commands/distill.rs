@@ -144,19 +144,30 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         }
     }
 
-    // The teacher is loaded once, however many rounds `[output] min_examples` takes.
-    let teacher = if args.write_only {
-        None
-    } else {
-        let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens).context("starting the teacher")?;
-        let cleaner = memkit_infer::embed::installed_cleaner(recipe.grounding).context("loading the grounding embedder")?;
-        Some((teacher, cleaner))
-    };
+    // The teacher is loaded once, on the first round with a window to label (a recipe whose
+    // windows are all in the ledger, as on a fresh clone of the published labels, writes its
+    // dataset without it), however many rounds `[output] min_examples` takes.
+    let mut teacher: Option<(memkit_teacher::Teacher, memkit_clean::Cleaner)> = None;
     let step = recipe.corpus.windows;
     loop {
-        let corpus = match &teacher {
-            None => memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?,
-            Some((teacher, cleaner)) => {
+        let corpus = if args.write_only {
+            memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?
+        } else {
+            let (corpus, unfinished) = memkit_teacher::unfinished(&recipe, &options)?;
+            if unfinished == 0 && teacher.is_none() {
+                tracing::info!(
+                    windows = corpus.windows.len(),
+                    "every window the recipe draws is in the ledger: the dataset is written from it, without the teacher"
+                );
+                corpus
+            } else {
+                if teacher.is_none() {
+                    let t = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens)
+                        .context("starting the teacher")?;
+                    let cleaner = memkit_infer::embed::installed_cleaner(recipe.grounding).context("loading the grounding embedder")?;
+                    teacher = Some((t, cleaner));
+                }
+                let (teacher, cleaner) = teacher.as_ref().expect("loaded above");
                 let bar = Bar(bars.bar(0, "distill"));
                 let (corpus, summary) = memkit_teacher::run(&recipe, &options, teacher, cleaner, &bar)
                     .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
@@ -179,7 +190,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         }
         let available: usize = corpus.available.values().sum();
         let next = (recipe.corpus.windows + step).min(min.max_windows).min(available);
-        if teacher.is_some() && args.limit.is_none() && next > recipe.corpus.windows {
+        if !args.write_only && args.limit.is_none() && next > recipe.corpus.windows {
             #[allow(clippy::print_stdout)]
             {
                 println!(
@@ -195,7 +206,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         }
         let why = if args.limit.is_some() {
             "--limit stopped the run".to_owned()
-        } else if teacher.is_none() {
+        } else if args.write_only {
             "--write-only labels nothing".to_owned()
         } else {
             format!("{} windows labelled, the most the recipe allows or the corpus has", s.windows_finished)
