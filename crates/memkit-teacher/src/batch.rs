@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, Cache};
 use crate::corpus::Corpus;
 use crate::label::{self, Ask};
-use crate::ledger::ledger_path;
 use crate::recipe::DistillRecipe;
+use crate::run::pending;
 use crate::teacher::Teacher;
-use crate::{Error, Result, ledger, write_atomic};
+use crate::{Error, Result, write_atomic};
 
 #[derive(Debug, Serialize)]
 struct RequestLine<'a> {
@@ -59,11 +59,10 @@ fn batch_asks(recipe: &DistillRecipe, window: &memkit_data::Window, teacher: &Te
 /// Writes the batch requests of every window of `corpus` not yet in the ledger; returns the
 /// number of requests. Re-asks (first-person records) happen in the run after the import.
 pub fn export(recipe: &DistillRecipe, corpus: &Corpus, teacher: &Teacher, model: &str, path: &Path) -> Result<usize> {
-    let done = ledger::finished(ledger::read(&ledger_path(&recipe.out_dir()))?);
     let prompts = Prompts::embedded()?;
     let mut text = String::new();
     let mut n = 0;
-    for w in corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)) {
+    for w in pending(recipe, corpus)? {
         for (custom_id, ask) in batch_asks(recipe, &w.window, teacher, &prompts)? {
             let line =
                 RequestLine { custom_id: &custom_id, method: "POST", url: "/v1/chat/completions", body: ask.request.to_openai(model) };

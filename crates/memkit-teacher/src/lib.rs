@@ -4,10 +4,10 @@
 //! A [`recipe::DistillRecipe`] names the corpus (LongMemEval-S filler sessions and MemoryBank;
 //! never LoCoMo), the teacher (a local GGUF through memkit-infer, or any OpenAI-compatible
 //! server), how it is asked ([`label`]: a whole window, or a few messages at a time, the default
-//! for a local teacher) and the output folder. [`run::run`] draws the windows in a seeded order,
-//! answers what it can from a content-addressed [`cache`], asks the [`teacher`] for the rest,
-//! re-asks replies with first-person records once, assembles the group replies into one window
-//! target, cleans its records (memkit-clean: grounded in the window, validated, one record per
+//! for a local teacher) and the output folder. [`corpus::select`] draws the windows in a seeded
+//! order; [`run::run`] labels those the ledger does not hold yet: it answers what it can from a
+//! content-addressed [`cache`], asks the [`teacher`] for the rest, re-asks replies with
+//! first-person records once, assembles the group replies into one window target, cleans its records (memkit-clean: grounded in the window, validated, one record per
 //! fact) and appends each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
 //! [`frames`] and [`stats`] then write `train.jsonl`, `valid.jsonl` (complete windows only), their
 //! parquet copies, `records.parquet`, `stats.md` and `stats.json` from the ledger.
@@ -28,7 +28,7 @@ pub mod stats;
 pub mod teacher;
 
 pub use recipe::DistillRecipe;
-pub use run::{Progress, RunOptions, RunSummary, run, unfinished};
+pub use run::{Progress, RunOptions, RunSummary, pending, run};
 pub use teacher::Teacher;
 
 /// Errors of distillation, each naming the file, line or window at fault.

@@ -14,7 +14,7 @@ use memkit_infer::reply::Usage;
 use memkit_prompt::Prompts;
 
 use crate::cache::{Cache, request_key};
-use crate::corpus::{self, Corpus, CorpusWindow};
+use crate::corpus::{Corpus, CorpusWindow};
 use crate::label::{self, Plan, Repair};
 use crate::ledger::{self, Entry, Failure, Ledger, Status, failures_path, ledger_path};
 use crate::recipe::{DistillRecipe, GenerationSpec, LabellingSpec, Mode};
@@ -42,8 +42,6 @@ impl Progress for Silent {}
 /// Where a run reads and writes.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Benchmark data (relative corpus paths resolve here).
-    pub data_dir: PathBuf,
     /// The reply cache.
     pub cache_dir: PathBuf,
     /// Label at most this many new windows in this run.
@@ -270,27 +268,25 @@ fn finish(
     Ok((entry, None))
 }
 
-/// The recipe's windows, and how many of them the ledger does not hold finished yet: with none,
-/// a run has nothing to ask and the dataset can be written without the teacher.
-pub fn unfinished(recipe: &DistillRecipe, options: &RunOptions) -> Result<(Corpus, usize)> {
-    let corpus = corpus::select(&recipe.corpus, &options.data_dir)?;
+/// The windows of `corpus` the recipe's ledger does not hold finished yet, in corpus order: with
+/// none, a run has nothing to ask and the dataset can be written without the teacher.
+pub fn pending<'c>(recipe: &DistillRecipe, corpus: &'c Corpus) -> Result<Vec<&'c CorpusWindow>> {
     let done = ledger::finished(ledger::read(&ledger_path(&recipe.out_dir()))?);
-    let pending = corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)).count();
-    Ok((corpus, pending))
+    Ok(corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)).collect())
 }
 
-/// Labels the recipe's windows that are not finished yet.
+/// Labels the windows of `corpus` (the recipe's selection, [`crate::corpus::select`]) that are not
+/// finished yet.
 pub fn run(
     recipe: &DistillRecipe,
+    corpus: &Corpus,
     options: &RunOptions,
     teacher: &Teacher,
     cleaner: &Cleaner,
     progress: &dyn Progress,
-) -> Result<(Corpus, RunSummary)> {
-    let corpus = corpus::select(&recipe.corpus, &options.data_dir)?;
+) -> Result<RunSummary> {
     let out_dir = recipe.out_dir();
-    let done = ledger::finished(ledger::read(&ledger_path(&out_dir))?);
-    let pending: Vec<&CorpusWindow> = corpus.windows.iter().filter(|w| !done.contains_key(&w.window.id)).collect();
+    let pending = pending(recipe, corpus)?;
     let mut summary =
         RunSummary { windows: corpus.windows.len(), already_done: corpus.windows.len() - pending.len(), ..RunSummary::default() };
     let pending = &pending[..options.limit.map_or(pending.len(), |l| l.min(pending.len()))];
@@ -351,5 +347,5 @@ pub fn run(
         progress.advance(windows.len() as u64, &format!("{finished} labelled, {per_window:.0} s/window"));
     }
     progress.finish();
-    Ok((corpus, summary))
+    Ok(summary)
 }

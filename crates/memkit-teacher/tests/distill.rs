@@ -51,13 +51,14 @@ fn openai(base_url: &str, retries: u32) -> String {
 }
 
 fn options(cache: &Path) -> RunOptions {
-    RunOptions { data_dir: memkit_data::shared_data_dir(), cache_dir: cache.to_owned(), limit: None }
+    RunOptions { cache_dir: cache.to_owned(), limit: None }
 }
 
 fn distill(recipe: &DistillRecipe, cache: &Path) -> Result<RunSummary, Error> {
     let teacher = from_spec(&recipe.teacher, recipe.generation.max_tokens)?;
     let cleaner = memkit_clean::Cleaner::new(recipe.grounding);
-    run(recipe, &options(cache), &teacher, &cleaner, &memkit_teacher::run::Silent).map(|(_, s)| s)
+    let corpus = memkit_teacher::corpus::select(&recipe.corpus, &memkit_data::shared_data_dir())?;
+    run(recipe, &corpus, &options(cache), &teacher, &cleaner, &memkit_teacher::run::Silent)
 }
 
 /// How the fake teacher answers.

@@ -124,7 +124,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
         command.push_str(&format!(" --teacher-url {url} --concurrency {}", args.concurrency));
     }
     let cache_dir = args.cache_dir.clone().unwrap_or_else(Cache::default_dir);
-    let options = RunOptions { data_dir: args.data_dir.clone(), cache_dir: cache_dir.clone(), limit: args.limit };
+    let options = RunOptions { cache_dir: cache_dir.clone(), limit: args.limit };
     let out_dir = recipe.out_dir();
 
     if args.export_batch.is_some() || args.import_batch.is_some() {
@@ -150,16 +150,13 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let mut teacher: Option<(memkit_teacher::Teacher, memkit_clean::Cleaner)> = None;
     let step = recipe.corpus.windows;
     loop {
-        let corpus = if args.write_only {
-            memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?
-        } else {
-            let (corpus, unfinished) = memkit_teacher::unfinished(&recipe, &options)?;
-            if unfinished == 0 && teacher.is_none() {
+        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
+        if !args.write_only {
+            if memkit_teacher::pending(&recipe, &corpus)?.is_empty() && teacher.is_none() {
                 tracing::info!(
                     windows = corpus.windows.len(),
                     "every window the recipe draws is in the ledger: the dataset is written from it, without the teacher"
                 );
-                corpus
             } else {
                 if teacher.is_none() {
                     let t = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens)
@@ -169,7 +166,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
                 }
                 let (teacher, cleaner) = teacher.as_ref().expect("loaded above");
                 let bar = Bar(bars.bar(0, "distill"));
-                let (corpus, summary) = memkit_teacher::run(&recipe, &options, teacher, cleaner, &bar)
+                let summary = memkit_teacher::run(&recipe, &corpus, &options, teacher, cleaner, &bar)
                     .with_context(|| format!("distilling {} into {}", args.recipe.display(), out_dir.display()))?;
                 tracing::info!(
                     labelled = summary.labelled,
@@ -179,9 +176,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
                     already_done = summary.already_done,
                     "run finished"
                 );
-                corpus
             }
-        };
+        }
         let s = write_dataset(&recipe, &corpus, teacher.as_ref().map(|(t, _)| t), &out_dir, &command)?;
         let Some(min) = recipe.output.min_examples else { break };
         let [train, valid] = s.message_examples;
