@@ -7,8 +7,9 @@
 //! for a local teacher) and the output folder. [`corpus::select`] draws the windows in a seeded
 //! order; [`run::run`] labels those the ledger does not hold yet: it answers what it can from a
 //! content-addressed [`cache`], asks the [`teacher`] for the rest, re-asks replies with
-//! first-person records once, assembles the group replies into one window target, cleans its records (memkit-clean: grounded in the window, validated, one record per
-//! fact) and appends each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
+//! first-person records once, assembles the group replies into one window target, cleans its
+//! records (memkit-clean: grounded in the window, validated, one record per fact) and appends
+//! each finished window to `ledger.jsonl` (failures to `failures.jsonl`). [`dataset`],
 //! [`frames`] and [`stats`] then write `train.jsonl`, `valid.jsonl` (complete windows only), their
 //! parquet copies, `records.parquet`, `stats.md` and `stats.json` from the ledger.
 
