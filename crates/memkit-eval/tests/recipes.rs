@@ -129,7 +129,7 @@ fn records_are_one_source_or_a_list() {
 fn the_keys_reports_measure_the_retrieval_memkit_query_runs() {
     use memkit_engine::fusion::TriPathConfig;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../recipes/eval");
-    for file in ["locomo-keys-dev.toml", "locomo-keys.toml", "longmemeval-s-keys.toml"] {
+    for file in ["locomo-keys-dev.toml", "locomo-keys.toml", "longmemeval-s-e2e.toml"] {
         let recipe = EvalRecipe::from_file(&dir.join(file)).unwrap();
         let mut engines = 0;
         for system in &recipe.systems {
