@@ -5,6 +5,7 @@
 //!   nDCG@k ported from the official code.
 //! - [`locomo_f1`]: the official LoCoMo QA score (normalisation, NLTK Porter stemming via
 //!   [`porter`], per-category rules).
+//! - [`cost`]: what an extraction cost, from the window ledger beside its records.
 //! - [`qa`]: question answering on a seeded sample: an answer model reads each system's
 //!   retrieved memories, scored with the official F1 and an LLM judge.
 //! - [`report`] and [`plot`]: `reports/<name>/report.md`, `metrics.json` and SVG charts, written
@@ -28,6 +29,7 @@
 
 pub mod agreement;
 pub mod bootstrap;
+pub mod cost;
 mod error;
 pub mod gold;
 pub mod locomo_f1;

@@ -258,30 +258,6 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
 }
 
 /// Each records file against the gold: a table on stdout, and the report when asked.
-/// Mean seconds per window in the extraction ledger beside `records` (`<records>.windows.jsonl`,
-/// see `memkit extract`): each window's `extraction.usage.millis` over its `batch`, over the
-/// windows that were timed (not answered from a reply cache). `None` when there is no ledger or
-/// no timed window.
-fn seconds_per_window(records: &Path) -> anyhow::Result<Option<f64>> {
-    let ledger = PathBuf::from(format!("{}.windows.jsonl", records.display()));
-    if !ledger.exists() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(&ledger).with_context(|| format!("cannot read {}", ledger.display()))?;
-    let mut seconds = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let entry: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", ledger.display(), n + 1))?;
-        let millis = entry["extraction"]["usage"]["millis"]
-            .as_f64()
-            .with_context(|| format!("{}:{}: no extraction.usage.millis", ledger.display(), n + 1))?;
-        // A window answered from a reply cache has no time of its own (0).
-        if millis > 0.0 {
-            seconds.push(millis / entry["batch"].as_f64().unwrap_or(1.0).max(1.0) / 1000.0);
-        }
-    }
-    Ok((!seconds.is_empty()).then(|| seconds.iter().sum::<f64>() / seconds.len() as f64))
-}
-
 fn gold(args: &Args) -> anyhow::Result<()> {
     let mut gold = Vec::new();
     for path in &args.gold {
@@ -296,8 +272,8 @@ fn gold(args: &Args) -> anyhow::Result<()> {
             .iter()
             .map(|g| Ok((g.display().to_string(), memkit_eval::gold::compare(&memkit_eval::gold::read_gold(g)?, &records))))
             .collect::<anyhow::Result<_>>()?;
-        let seconds = seconds_per_window(Path::new(path))?;
-        rows.push((name.to_owned(), path.to_owned(), seconds, memkit_eval::gold::compare(&gold, &records), per_file));
+        let cost = memkit_eval::cost::extraction_cost(Path::new(path))?;
+        rows.push((name.to_owned(), path.to_owned(), cost, memkit_eval::gold::compare(&gold, &records), per_file));
     }
     let mut md = String::new();
     use std::fmt::Write as _;
@@ -318,21 +294,23 @@ Made by `{command}`{}.
 ");
     let _ = writeln!(
         md,
-        "| records | gold | records | matched | precision | recall | F1 | s / window |
-|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| records | gold | records | matched | precision | recall | F1 | s / window | tokens in / out per window |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for (name, _, seconds, a, _) in &rows {
-        let seconds = seconds.map_or_else(|| "–".to_owned(), |s| format!("{s:.1}"));
+    for (name, _, cost, a, _) in &rows {
+        let seconds = cost.and_then(|c| c.seconds_per_window).map_or_else(|| "–".to_owned(), |s| format!("{s:.1}"));
+        let tokens =
+            cost.map_or_else(|| "–".to_owned(), |c| format!("{:.0} / {:.0}", c.prompt_tokens_per_window, c.completion_tokens_per_window));
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {seconds} |",
+            "| {name} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {seconds} | {tokens} |",
             a.reference_records, a.candidate_records, a.matched, a.precision, a.recall, a.f1
         );
     }
     let _ = writeln!(
         md,
         "
-*s / window*: a model's seconds per window on this machine, from the extraction ledger beside the records (`<records>.windows.jsonl`: each window's time, shared time split by the windows decoded with it, over the windows not answered from the reply cache); – where there is none (the rule extractor, observations, a run answered from the cache)."
+*s / window*: a model's seconds per window on this machine, from the extraction ledger beside the records (`<records>.windows.jsonl`: each window's time, shared time split by the windows decoded with it, over the windows not answered from the reply cache); – where there is none (the rule extractor, observations, a run answered from the cache). *Tokens in / out per window*: the prompt tokens a window's requests read and the tokens they generated, re-asks and samples included, over every window (a reply from the cache keeps the usage it had when it was made): the cost of a labelling method on any machine, where its seconds were not timed."
     );
     let fields = ["type", "time", "location", "reason", "purpose", "keywords"];
     let _ = writeln!(
@@ -379,8 +357,8 @@ Made by `{command}`{}.
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let metrics: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, path, seconds, a, per_file)| {
-                serde_json::json!({"name": name, "records": path, "seconds_per_window": seconds, "agreement": a,
+            .map(|(name, path, cost, a, per_file)| {
+                serde_json::json!({"name": name, "records": path, "seconds_per_window": cost.and_then(|c| c.seconds_per_window), "cost": cost, "agreement": a,
                     "per_gold_file": per_file.iter().map(|(g, a)| serde_json::json!({"gold": g, "agreement": a})).collect::<Vec<_>>()})
             })
             .collect();
@@ -478,24 +456,6 @@ mod tests {
         let (a, cleaning) = score_replies(&[row(&teacher)], &[reply], &cleaner).unwrap();
         assert_eq!(cleaning, Cleaning { dropped: 0, rows_without_window: 1 });
         assert!((a.f1 - 2.0 / 3.0).abs() < 1e-12, "{a:?}");
-    }
-
-    /// Seconds per window: a batch's time is split among its windows, and cached windows (0 ms)
-    /// are left out: (2,000 / 2 + 3,000 / 1) / 2 windows = 2 s. A bad line names file and line.
-    #[test]
-    fn seconds_per_window_split_batches_and_skip_cached_windows() {
-        let dir = tempfile::tempdir().unwrap();
-        let records = dir.path().join("teacher.jsonl");
-        assert_eq!(seconds_per_window(&records).unwrap(), None, "no ledger");
-        let line = |batch: u32, millis: u64| format!(r#"{{"batch":{batch},"extraction":{{"usage":{{"millis":{millis}}}}}}}"#);
-        let ledger = dir.path().join("teacher.jsonl.windows.jsonl");
-        std::fs::write(&ledger, [line(2, 2000), line(1, 0), line(1, 3000)].join("\n")).unwrap();
-        assert_eq!(seconds_per_window(&records).unwrap(), Some(2.0));
-        std::fs::write(&ledger, line(1, 0)).unwrap();
-        assert_eq!(seconds_per_window(&records).unwrap(), None, "every window from the cache");
-        std::fs::write(&ledger, format!("{}\n{{\"batch\": 1}}", line(1, 5))).unwrap();
-        let e = seconds_per_window(&records).unwrap_err().to_string();
-        assert!(e.contains("teacher.jsonl.windows.jsonl:2"), "{e}");
     }
 
     /// `--save-replies` writes what `--replies` reads: the same texts, in row order.

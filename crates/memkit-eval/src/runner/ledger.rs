@@ -11,9 +11,10 @@ use crate::{Error, Result, SystemMetrics};
 
 /// For a records file: how many of its records belong to no evaluated dialogue (skipped, with a
 /// warning); and for records written by `memkit extract` with a model, what extraction cost
-/// (wall seconds per window, a batch's time shared among its windows; completion tokens per
-/// window), read from the window ledger next to the records file (`<file>.windows.jsonl`), when
-/// there is one. With several record files, the figures are the first file's.
+/// ([`extraction_cost`](crate::cost::extraction_cost): wall seconds per timed window, completion
+/// tokens per window), read from the window ledger next to the records file
+/// (`<file>.windows.jsonl`), when there is one. With several record files, the figures are the
+/// first file's.
 pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metrics: &mut SystemMetrics) -> Result<()> {
     let Some(path) = system.record_sources().iter().find_map(|s| match s {
         RecordSource::File(path) => Some(path),
@@ -33,27 +34,28 @@ pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metric
         tracing::warn!(system = system.name(), file = %path.display(), records = outside, "records of dialogues outside this evaluation: skipped");
     }
     metrics.extra.insert("records_outside_dataset".into(), json!(outside));
+    if let Some(cost) = crate::cost::extraction_cost(path)? {
+        metrics.extra.insert("extraction_windows".into(), json!(cost.windows));
+        if let Some(seconds) = cost.seconds_per_window {
+            metrics.extra.insert("extraction_s_per_window".into(), json!(seconds));
+        }
+        metrics.extra.insert("extraction_tokens_per_window".into(), json!(cost.completion_tokens_per_window));
+    }
     let ledger = memkit_schema::window_ledger_path(path);
     let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
-    let (mut windows, mut millis, mut completion, mut empty) = (0usize, 0u64, 0u64, 0usize);
+    let (mut windows, mut empty) = (0usize, 0usize);
     let mut grounding: BTreeMap<String, usize> = BTreeMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let entry: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
         let extraction = &entry["extraction"];
         windows += 1;
-        // A batch's windows share its wall time: each gets its share.
-        millis += extraction["usage"]["millis"].as_u64().unwrap_or(0) / entry["batch"].as_u64().unwrap_or(1).max(1);
-        completion += extraction["usage"]["completion_tokens"].as_u64().unwrap_or(0);
         empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
         for decision in extraction["grounding"].as_array().into_iter().flatten() {
             *grounding.entry(decision["decision"].as_str().unwrap_or("unknown").to_owned()).or_default() += 1;
         }
     }
     if windows > 0 {
-        metrics.extra.insert("extraction_windows".into(), json!(windows));
-        metrics.extra.insert("extraction_s_per_window".into(), json!(millis as f64 / 1e3 / windows as f64));
-        metrics.extra.insert("extraction_tokens_per_window".into(), json!(completion as f64 / windows as f64));
         metrics.extra.insert("windows_without_records".into(), json!(empty));
         // What grounding did with the model's records (absent: written without grounding).
         if !grounding.is_empty() {
