@@ -9,6 +9,11 @@ use std::path::Path;
 use std::process::Command;
 
 fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
+    eval_with(recipe, reports, cache, &[])
+}
+
+/// [`eval`] with more arguments.
+fn eval_with(recipe: &Path, reports: &Path, cache: &Path, args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let name = recipe.file_stem().unwrap().to_str().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
         .args(["--no-progress", "--quiet", "eval", "--recipe"])
@@ -17,6 +22,7 @@ fn eval(recipe: &Path, reports: &Path, cache: &Path) -> serde_json::Value {
         .arg(reports)
         .arg("--data-dir")
         .arg(memkit_data::shared_data_dir())
+        .args(args)
         .env("MEMKIT_CACHE_DIR", cache)
         .output()
         .unwrap();
@@ -220,6 +226,16 @@ answer = {{ kind = "local", model = {gguf:?}, threads = 2 }}
     let again = eval(&recipe, &reports, &cache);
     assert_eq!(cached_replies(&cache.join("qa")), replies);
     assert_eq!(again["qa"], metrics["qa"]);
+
+    // The replies moved to a folder of their own (one a repository can carry) and named with
+    // --cache-dir: every reply comes from there, and the default cache stays empty.
+    let moved = dir.path().join("replies");
+    std::fs::rename(cache.join("qa"), &moved).unwrap();
+    let from_moved = eval_with(&recipe, &reports, &cache, &["--cache-dir".as_ref(), moved.as_os_str()]);
+    assert_eq!((cached_replies(&moved), cached_replies(&cache.join("qa"))), (replies, 0));
+    assert_eq!(from_moved["qa"], metrics["qa"]);
+    let report = std::fs::read_to_string(reports.join("qa-budgets/report.md")).unwrap();
+    assert!(report.contains(&format!("reply cache ({})", moved.display())), "{report}");
 }
 
 /// A LongMemEval recipe's `questions` keeps exactly the question ids it names (a named subset

@@ -34,6 +34,12 @@ pub struct Args {
     /// answer model); the report says so. A later run with QA reuses every cached reply.
     #[arg(long)]
     no_qa: bool,
+    /// Where model replies are kept (answers, verdicts, query parses, update decisions,
+    /// boundaries), one file per reply, so a re-run asks nothing again and a stopped run
+    /// resumes; a folder in the repository makes an hours-long QA run resumable on another
+    /// machine once committed (default: $MEMKIT_CACHE_DIR/qa or ~/.cache/memkit/qa).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
 }
 
 pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
@@ -56,7 +62,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut cached = Vec::new();
+    let mut cached =
+        Cached { dir: args.cache_dir.clone().unwrap_or_else(|| Cache::default_dir().with_file_name("qa")), models: Vec::new() };
     let qa_models = recipe.qa.as_ref().map(|spec| qa_models(spec, &mut cached)).transpose()?;
     let query_model = recipe.query_model.as_ref().map(|spec| query_model(spec, &mut cached)).transpose()?;
     let update_model = recipe.update_model.as_ref().map(|spec| update_model(spec, &mut cached)).transpose()?;
@@ -65,8 +72,8 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let reporter = StageReporter::new(bars);
     let mut report = runner::run(&recipe, &options, &reporter)
         .with_context(|| format!("running recipe {} (data dir {})", args.recipe.display(), args.data_dir.display()))?;
-    if !cached.is_empty() {
-        report.notes.push(cache_note(&cached));
+    if !cached.models.is_empty() {
+        report.notes.push(cached.note());
     }
     if skipped_qa {
         report.notes.push("Question answering: the recipe's `[qa]` was skipped (`--no-qa`); retrieval figures only.".to_string());
@@ -103,30 +110,44 @@ fn summary(report: &memkit_eval::Report) -> String {
     out
 }
 
-/// Where the eval keeps model replies: `$MEMKIT_CACHE_DIR/qa`, default `~/.cache/memkit/qa`
-/// (answers, verdicts and query parses), so a re-run asks nothing again and an interrupted run
-/// resumes.
-fn reply_cache() -> Cache {
-    Cache::new(Cache::default_dir().with_file_name("qa"))
+/// A recipe's models, each behind the one reply cache in `dir` with its role ("answer model",
+/// …), so that a re-run asks nothing again and an interrupted run resumes.
+struct Cached {
+    dir: PathBuf,
+    models: Vec<(&'static str, Arc<CachedChat>)>,
 }
 
-/// A recipe's models behind the reply cache, each with its role ("answer model", …).
-type Cached = Vec<(&'static str, Arc<CachedChat>)>;
+impl Cached {
+    /// A recipe's model (see [`super::chat_model`]) behind the reply cache, kept under `role`.
+    fn chat(
+        &mut self,
+        role: &'static str,
+        model: &ModelSpec,
+        batch: usize,
+        n_ctx: u32,
+        max_tokens: usize,
+    ) -> anyhow::Result<Arc<CachedChat>> {
+        let chat = Arc::new(CachedChat::new(super::chat_model(model, batch, n_ctx, max_tokens)?, Cache::new(self.dir.clone())));
+        self.models.push((role, Arc::clone(&chat)));
+        Ok(chat)
+    }
 
-/// The report's line on the reply cache: requests and hits per model role in this run.
-fn cache_note(cached: &Cached) -> String {
-    let parts: Vec<String> = cached
-        .iter()
-        .map(|(role, chat)| {
-            let s = chat.stats();
-            format!("{role} {} of {} ({:.1}%)", s.hits, s.requests, 100.0 * s.hit_rate())
-        })
-        .collect();
-    format!(
-        "Model replies from the reply cache ({}) in this run, by role: {}. A hit is a reply an earlier run with the same model, prompt and parameters wrote; a re-run of this recipe asks nothing again.",
-        reply_cache().dir().display(),
-        parts.join("; ")
-    )
+    /// The report's line on the reply cache: requests and hits per model role in this run.
+    fn note(&self) -> String {
+        let parts: Vec<String> = self
+            .models
+            .iter()
+            .map(|(role, chat)| {
+                let s = chat.stats();
+                format!("{role} {} of {} ({:.1}%)", s.hits, s.requests, 100.0 * s.hit_rate())
+            })
+            .collect();
+        format!(
+            "Model replies from the reply cache ({}) in this run, by role: {}. A hit is a reply an earlier run with the same model, prompt and parameters wrote; a re-run of this recipe asks nothing again.",
+            self.dir.display(),
+            parts.join("; ")
+        )
+    }
 }
 
 /// The answer model and judge of `[qa]`, each behind the reply cache.
@@ -134,14 +155,9 @@ fn qa_models(spec: &QaSpec, cached: &mut Cached) -> anyhow::Result<QaModels> {
     // Prompts are at most the budget plus the instructions; the judge's are short.
     let n_ctx = (2048 + spec.chunk * (spec.budget.max() + 1024 + spec.max_tokens)) as u32;
     let max_tokens = spec.max_tokens.max(160);
-    let answer = chat_model(&spec.answer, spec.chunk, n_ctx, max_tokens)?;
-    cached.push(("answer model", Arc::clone(&answer)));
+    let answer = cached.chat("answer model", &spec.answer, spec.chunk, n_ctx, max_tokens)?;
     let judge: Option<Arc<dyn ChatModel>> = match (&spec.judge, spec.judged) {
-        (Some(judge), true) if *judge != spec.answer => {
-            let judge = chat_model(judge, spec.chunk, n_ctx, max_tokens)?;
-            cached.push(("judge", Arc::clone(&judge)));
-            Some(judge)
-        }
+        (Some(judge), true) if *judge != spec.answer => Some(cached.chat("judge", judge, spec.chunk, n_ctx, max_tokens)?),
         (_, true) => Some(answer.clone()),
         (_, false) => None,
     };
@@ -152,30 +168,19 @@ fn qa_models(spec: &QaSpec, cached: &mut Cached) -> anyhow::Result<QaModels> {
 fn query_model(spec: &QueryModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // A question and its date after the shared instructions, and the reply.
     let n_ctx = (2048 + spec.chunk * (256 + spec.max_tokens)) as u32;
-    let model = chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)?;
-    cached.push(("query parser", Arc::clone(&model)));
-    Ok(model)
+    Ok(cached.chat("query parser", &spec.model, spec.chunk, n_ctx, spec.max_tokens)?)
 }
 
 /// The update consolidator's model of `[update_model]`, behind the reply cache: one pair at a
 /// time (each decision changes the next pair's candidates).
 fn update_model(spec: &UpdateModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // Two records after the shared instructions, and the reply.
-    let model = chat_model(&spec.model, 1, (2048 + spec.max_tokens) as u32, spec.max_tokens)?;
-    cached.push(("update consolidator", Arc::clone(&model)));
-    Ok(model)
+    Ok(cached.chat("update consolidator", &spec.model, 1, (2048 + spec.max_tokens) as u32, spec.max_tokens)?)
 }
 
 /// HingeMem's segmenter model of `[boundary_model]`, behind the reply cache.
 fn boundary_model(spec: &BoundaryModelSpec, cached: &mut Cached) -> anyhow::Result<Arc<dyn ChatModel>> {
     // A piece of messages (shown cut to 600 characters) after the shared instructions, and the reply.
     let n_ctx = (1024 + spec.chunk * (spec.messages * 200 + spec.max_tokens)) as u32;
-    let model = chat_model(&spec.model, spec.chunk, n_ctx, spec.max_tokens)?;
-    cached.push(("boundary segmenter", Arc::clone(&model)));
-    Ok(model)
-}
-
-/// A recipe's model (see [`super::chat_model`]) behind the reply cache.
-fn chat_model(model: &ModelSpec, batch: usize, n_ctx: u32, max_tokens: usize) -> anyhow::Result<Arc<CachedChat>> {
-    Ok(Arc::new(CachedChat::new(super::chat_model(model, batch, n_ctx, max_tokens)?, reply_cache())))
+    Ok(cached.chat("boundary segmenter", &spec.model, spec.chunk, n_ctx, spec.max_tokens)?)
 }
