@@ -13,8 +13,6 @@ fn window_ids(lines: &[String]) -> Vec<String> {
     lines.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["window_id"].as_str().unwrap().to_owned()).collect()
 }
 
-/// A recipe in `dir` for `windows` small MemoryBank windows labelled by `gguf` one at a time;
-/// returns its path and its output folder.
 /// A recipe over `windows` MemoryBank windows with the SmolLM2 teacher in-process; `labelling`
 /// is the recipe's `[labelling]` section (empty: the defaults, decomposed for a local teacher).
 fn write_recipe(
@@ -249,4 +247,29 @@ fn threads_is_for_local_teachers_and_at_least_one() {
     let zero = distill("0");
     assert!(!zero.status.success());
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--threads"));
+}
+
+/// A corpus whose packaged dataset is not installed: the error names the recipe, the section and
+/// the command that installs it.
+#[test]
+fn a_missing_packaged_dataset_names_the_recipe_and_the_fetch_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("chitchat.toml");
+    std::fs::write(
+        &recipe,
+        "name = \"t\"\n[corpus]\nwindows = 1\n[corpus.chitchat]\n\
+         [teacher]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
+        .args(["--no-progress", "distill", "--recipe"])
+        .arg(&recipe)
+        .env("MEMKIT_MODELS_DIR", dir.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("recipe {}", recipe.display())), "{stderr}");
+    assert!(stderr.contains("[corpus.chitchat] names no path and chitchat-dataset is not installed"), "{stderr}");
+    assert!(stderr.contains("memkit models fetch chitchat-dataset"), "{stderr}");
 }

@@ -79,8 +79,9 @@ fn records_of_dialogues_not_loaded_are_counted_not_dropped_silently() {
 }
 
 /// By default the given records go in beside the rule sentences, so every turn keeps keys; the
-/// query finds the extractor's record, and with --read source prints its source turn under it,
-/// once; with --read sentence, the turn's sentence it shares most words with, once.
+/// query finds the extractor's record, and by default (--read sentence) prints under it the
+/// turn's sentence it shares most words with, once; with --read source its source turn, once;
+/// with --read record nothing more.
 #[test]
 fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source() {
     let dir = tempfile::tempdir().unwrap();
@@ -107,13 +108,15 @@ fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source
     let (both, both_db) = ingest(&["--records", records.to_str().unwrap()]);
     assert_eq!(both, sentences + 1);
 
-    let query = |read: &str| {
+    let query = |read: &[&str]| {
         let question = "When did Caroline go to the LGBTQ support group?";
-        let out = memkit(&["query", question, "--json", "--no-dense", "--read", read], &both_db);
+        let mut args = vec!["query", question, "--json", "--no-dense"];
+        args.extend_from_slice(read);
+        let out = memkit(&args, &both_db);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
-    let json = query("source");
+    let json = query(&["--read", "source"]);
     let hits = json["hits"].as_array().unwrap();
     let turns: Vec<&str> =
         hits.iter().flat_map(|h| h["record"]["pointer"]["turn_ids"].as_array().unwrap()).map(|t| t.as_str().unwrap()).collect();
@@ -122,7 +125,8 @@ fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source
     let source = hit["read"][0].as_str().unwrap();
     assert!(source.starts_with("[2023-05-08] Caroline: I went to a LGBTQ support group yesterday"), "{source}");
 
-    let json = query("sentence");
+    // The default reading.
+    let json = query(&[]);
     let hits = json["hits"].as_array().unwrap();
     let read: Vec<&str> = hits.iter().map(|h| h["read"][0].as_str().unwrap()).collect();
     let unique: std::collections::HashSet<&&str> = read.iter().collect();
@@ -132,4 +136,10 @@ fn given_records_are_stored_beside_the_rule_sentences_and_read_with_their_source
     assert_eq!(d13.len(), 1, "{read:?}");
     let sentence = d13[0]["read"][0].as_str().unwrap();
     assert!(sentence.starts_with("[2023-05-08] Caroline said: I went to a LGBTQ support group yesterday"), "{sentence}");
+    assert_eq!(query(&["--read", "sentence"]), json);
+
+    let json = query(&["--read", "record"]);
+    let hits = json["hits"].as_array().unwrap();
+    assert!(hits.iter().any(|h| h["record"]["content"] == "Caroline attended an LGBTQ support group on 7 May 2023."), "{json}");
+    assert!(hits.iter().all(|h| h["read"].as_array().unwrap().is_empty()), "{json}");
 }

@@ -29,17 +29,36 @@ pub struct ExtractionCost {
 /// holds no window. A line that is not a ledger line is an error naming the file and line.
 pub fn extraction_cost(records: &Path) -> Result<Option<ExtractionCost>> {
     let ledger = memkit_schema::window_ledger_path(records);
-    let text = match std::fs::read_to_string(&ledger) {
+    match read_ledger(&ledger)? {
+        Some(entries) => cost_of(&entries, &ledger),
+        None => Ok(None),
+    }
+}
+
+/// The lines of a window ledger, parsed, with their 1-based line numbers; `None` when there is
+/// no ledger. A line that is not JSON is an error naming the file and line.
+pub(crate) fn read_ledger(ledger: &Path) -> Result<Option<Vec<(usize, serde_json::Value)>>> {
+    let text = match std::fs::read_to_string(ledger) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(Error::Read { path: ledger, source }),
+        Err(source) => return Err(Error::Read { path: ledger.to_owned(), source }),
     };
-    let (mut windows, mut timed, mut seconds, mut prompt, mut completion) = (0usize, 0usize, 0.0f64, 0u64, 0u64);
+    let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let bad = |why: &str| Error::Dataset(format!("{}:{}: {why}", ledger.display(), i + 1));
-        let entry: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(&format!("not a window ledger line: {e}")))?;
+        let entry = serde_json::from_str(line)
+            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
+        entries.push((i + 1, entry));
+    }
+    Ok(Some(entries))
+}
+
+/// The cost of a ledger's entries ([`read_ledger`]); `None` when it holds no window.
+pub(crate) fn cost_of(entries: &[(usize, serde_json::Value)], ledger: &Path) -> Result<Option<ExtractionCost>> {
+    let (mut windows, mut timed, mut seconds, mut prompt, mut completion) = (0usize, 0usize, 0.0f64, 0u64, 0u64);
+    for (line, entry) in entries {
         let usage = &entry["extraction"]["usage"];
-        let millis = usage["millis"].as_u64().ok_or_else(|| bad("no extraction.usage.millis"))?;
+        let millis =
+            usage["millis"].as_u64().ok_or_else(|| Error::Dataset(format!("{}:{line}: no extraction.usage.millis", ledger.display())))?;
         windows += 1;
         prompt += usage["prompt_tokens"].as_u64().unwrap_or(0);
         completion += usage["completion_tokens"].as_u64().unwrap_or(0);

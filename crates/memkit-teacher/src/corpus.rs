@@ -88,10 +88,8 @@ pub fn select(spec: &CorpusSpec, data_dir: &Path) -> Result<Corpus> {
         let name = memkit_infer::models::CHITCHAT_DATASET.name;
         let path = match &chitchat.path {
             Some(path) => resolve(path),
-            None => memkit_infer::models::locate(name).ok_or_else(|| crate::Error::Recipe {
-                path: std::path::PathBuf::new(),
-                message: format!("[corpus.chitchat] names no path and {name} is not installed: run `memkit models fetch {name}`"),
-            })?,
+            None => memkit_infer::models::locate(name)
+                .ok_or_else(|| crate::Error::DatasetMissing { section: "chitchat", name: name.to_owned() })?,
         };
         dialogues.extend(load_chitchat(&path)?.into_iter().map(|d| (SourceKind::Chitchat, d)));
     }

@@ -71,6 +71,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A corpus section names no file and its packaged dataset is not installed.
+    #[error("[corpus.{section}] names no path and {name} is not installed: run `memkit models fetch {name}`")]
+    DatasetMissing {
+        /// The corpus section.
+        section: &'static str,
+        /// The packaged dataset.
+        name: String,
+    },
     /// The teacher model is not installed.
     #[error("teacher model {model:?} is not installed: run `memkit models fetch {model}` (or give a .gguf path)")]
     ModelMissing {

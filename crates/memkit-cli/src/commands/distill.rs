@@ -132,7 +132,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
             anyhow::bail!("--export-batch / --import-batch need an `openai` teacher in the recipe, or --teacher-url");
         };
         let teacher = memkit_teacher::teacher::from_spec(&recipe.teacher, recipe.generation.max_tokens)?;
-        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
+        let corpus = select(&recipe, &args)?;
         if let Some(path) = &args.export_batch {
             let n = batch::export(&recipe, &corpus, &teacher, model, path)?;
             tracing::info!(requests = n, file = %path.display(), "wrote batch requests; import the results with --import-batch");
@@ -150,7 +150,7 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     let mut teacher: Option<(memkit_teacher::Teacher, memkit_clean::Cleaner)> = None;
     let step = recipe.corpus.windows;
     loop {
-        let corpus = memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir)?;
+        let corpus = select(&recipe, &args)?;
         if !args.write_only {
             if memkit_teacher::pending(&recipe, &corpus)?.is_empty() && teacher.is_none() {
                 tracing::info!(
@@ -328,4 +328,9 @@ fn readme(recipe: &DistillRecipe, s: &stats::Stats, teacher: &str, command: &str
         failed = s.failed_messages,
         failed_windows = s.windows_with_failed_messages,
     )
+}
+
+/// The recipe's windows; an error names the recipe.
+fn select(recipe: &DistillRecipe, args: &Args) -> anyhow::Result<memkit_teacher::corpus::Corpus> {
+    memkit_teacher::corpus::select(&recipe.corpus, &args.data_dir).with_context(|| format!("recipe {}", args.recipe.display()))
 }

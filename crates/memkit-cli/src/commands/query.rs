@@ -24,10 +24,13 @@ use memkit_schema::{Dialogue, MemoryRecord};
 /// retrieval, `TriPathConfig::recommended`: chosen in reports/longmemeval-oracle-heldout-routes/,
 /// measured in reports/locomo-keys/).
 /// Assistant replies are attached when the question asks what the assistant said. Records are the
-/// keys; the dialogue holds the details: --read source prints each hit's source turns under it,
-/// --read sentence the rule sentence of those turns it shares most words with (what
-/// `read = "sentence"` in an eval recipe reads), each turn or sentence once. The dense route's record vectors are cached in the database, so only
-/// the first query after an ingest embeds records.
+/// keys; the dialogue holds the details: under each hit is the rule sentence of its source turns
+/// that it shares most words with (`--read sentence`, the default; what `read = "sentence"` in an
+/// eval recipe reads), each sentence once: with an extractor's records beside the rule sentences,
+/// the best reading measured (chosen on reports/locomo-keys-dev/; reports/locomo-e2e-full/ and
+/// reports/longmemeval-s-e2e/ measure it against the others). `--read source` prints the source
+/// turns instead, `--read record` nothing more. The dense route's record vectors are cached in the
+/// database, so only the first query after an ingest embeds records.
 ///
 /// Example: memkit query --db mem.sqlite "When did Caroline go to the LGBTQ support group?"
 #[derive(Debug, clap::Args)]
@@ -47,11 +50,12 @@ pub struct Args {
     /// questions: reports/longmemeval-oracle-heldout-routes/).
     #[arg(long)]
     adaptive_stop: bool,
-    /// What to print under each hit: nothing more (`record`), its source turns (`source`), or the
-    /// rule sentence of those turns it shares most words with (`sentence`). With `source` and
-    /// `sentence` each turn or sentence is printed once: a hit that would print only what an
-    /// earlier hit printed is left out.
-    #[arg(long, value_enum, default_value_t = Read::Record)]
+    /// What to print under each hit: the rule sentence of its source turns it shares most words
+    /// with (`sentence`; a rule sentence reads itself), its source turns (`source`), or nothing
+    /// more (`record`). With `sentence` and `source` each sentence or turn is printed once: a hit
+    /// that would print only what an earlier hit printed is left out, and --k counts the hits
+    /// printed.
+    #[arg(long, value_enum, default_value_t = Read::Sentence)]
     read: Read,
     /// Print JSON (parsed query and hits) instead of text.
     #[arg(long)]

@@ -34,28 +34,26 @@ pub(super) fn extraction_figures(system: &SystemSpec, dialogues: &[&str], metric
         tracing::warn!(system = system.name(), file = %path.display(), records = outside, "records of dialogues outside this evaluation: skipped");
     }
     metrics.extra.insert("records_outside_dataset".into(), json!(outside));
-    if let Some(cost) = crate::cost::extraction_cost(path)? {
+    // The window ledger, read once for the cost and for what cleaning did.
+    let ledger = memkit_schema::window_ledger_path(path);
+    let Some(entries) = crate::cost::read_ledger(&ledger)? else { return Ok(()) };
+    if let Some(cost) = crate::cost::cost_of(&entries, &ledger)? {
         metrics.extra.insert("extraction_windows".into(), json!(cost.windows));
         if let Some(seconds) = cost.seconds_per_window {
             metrics.extra.insert("extraction_s_per_window".into(), json!(seconds));
         }
         metrics.extra.insert("extraction_tokens_per_window".into(), json!(cost.completion_tokens_per_window));
     }
-    let ledger = memkit_schema::window_ledger_path(path);
-    let Ok(text) = std::fs::read_to_string(&ledger) else { return Ok(()) };
-    let (mut windows, mut empty) = (0usize, 0usize);
+    let mut empty = 0usize;
     let mut grounding: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let entry: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| Error::Dataset(format!("{}:{}: not a window ledger line: {e}", ledger.display(), i + 1)))?;
+    for (_, entry) in &entries {
         let extraction = &entry["extraction"];
-        windows += 1;
         empty += usize::from(extraction["records"].as_array().is_none_or(Vec::is_empty));
         for decision in extraction["grounding"].as_array().into_iter().flatten() {
             *grounding.entry(decision["decision"].as_str().unwrap_or("unknown").to_owned()).or_default() += 1;
         }
     }
-    if windows > 0 {
+    if !entries.is_empty() {
         metrics.extra.insert("windows_without_records".into(), json!(empty));
         // What grounding did with the model's records (absent: written without grounding).
         if !grounding.is_empty() {
