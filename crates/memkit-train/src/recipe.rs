@@ -8,7 +8,7 @@
 //! kind = "package"                 # or "gguf" / "hf" (a path), or "random" (tests, smoke runs)
 //! name = "smollm2-135m"
 //! [data]
-//! dir = "data/distilled/lme-filler"  # train.jsonl, valid.jsonl
+//! dir = "data/distilled/lme-filler"  # train.jsonl, valid.jsonl (or a list of such folders)
 //! [optim]
 //! kind = "adamw"
 //! lr = 2e-5
@@ -52,7 +52,8 @@ pub struct Recipe {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScoreConfig {
-    /// Held-out windows extracted per evaluation (0: no scoring).
+    /// Held-out windows extracted per evaluation (0: no scoring): the first ones of `valid.jsonl`,
+    /// taken from the folders of `[data] dir` in turn (one from each, then the next of each).
     pub windows: usize,
     /// Records per window the schema allows (the distill recipe's `max_memories`).
     #[serde(default = "default_score_max_memories")]
@@ -128,12 +129,16 @@ pub enum ModelSource {
     },
 }
 
-/// The data: `train.jsonl` and `valid.jsonl` in one directory.
+/// The data: `train.jsonl` and `valid.jsonl` in one directory, or in several.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
-    /// The directory with `train.jsonl` and `valid.jsonl`.
-    pub dir: PathBuf,
+    /// The directory with `train.jsonl` and `valid.jsonl` (a `memkit distill` output or its
+    /// `messages/`), or a list of them (`dir = ["a", "b"]`): their examples are trained on and
+    /// held out together, in the order given, and they must carry the same prompt template and
+    /// window (`extract_prompt.j2`, `extract_window.json`), since the model is asked one way.
+    #[serde(deserialize_with = "one_or_many", serialize_with = "one_or_list")]
+    pub dir: Vec<PathBuf>,
     /// Examples longer than this many tokens are cut (and counted).
     #[serde(default = "default_max_seq_len")]
     pub max_seq_len: usize,
@@ -146,6 +151,46 @@ pub struct DataConfig {
 
 fn default_max_seq_len() -> usize {
     2048
+}
+
+impl DataConfig {
+    /// The directories, for messages: `a`, or `a`, `b`.
+    pub fn dirs_display(&self) -> String {
+        self.dir.iter().map(|d| format!("`{}`", d.display())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// `dir = "a"` or `dir = ["a", "b"]`; an empty list is an error.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Vec<PathBuf>, D::Error> {
+    struct Dirs;
+    impl<'de> serde::de::Visitor<'de> for Dirs {
+        type Value = Vec<PathBuf>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a directory or a list of directories")
+        }
+        fn visit_str<E: serde::de::Error>(self, dir: &str) -> std::result::Result<Self::Value, E> {
+            Ok(vec![PathBuf::from(dir)])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+            let mut dirs = Vec::new();
+            while let Some(dir) = seq.next_element::<PathBuf>()? {
+                dirs.push(dir);
+            }
+            if dirs.is_empty() {
+                return Err(serde::de::Error::custom("names no directory"));
+            }
+            Ok(dirs)
+        }
+    }
+    deserializer.deserialize_any(Dirs)
+}
+
+/// One directory is written as a string, as recipes with one dataset read.
+fn one_or_list<S: serde::Serializer>(dirs: &[PathBuf], serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    match dirs {
+        [dir] => dir.serialize(serializer),
+        _ => dirs.serialize(serializer),
+    }
 }
 
 /// The optimiser (one kind for now; the tag keeps recipes forward compatible).
@@ -347,6 +392,24 @@ mod tests {
         // The scored ones keep the section through the round trip.
         let scored = Recipe::from_file(&dir.join("smollm2-135m-decomposed.toml")).unwrap();
         assert_eq!(scored.score.map(|s| s.windows), Some(24));
+    }
+
+    /// `dir` is one folder or a list; one is written back as a string, a list as a list, and an
+    /// empty list or a number is an error naming the key.
+    #[test]
+    fn data_dir_is_one_folder_or_several() {
+        let parse = |dir: &str| Recipe::from_toml(&MINIMAL.replace(r#"dir = "data""#, dir), Path::new("r.toml"));
+        let one = parse(r#"dir = "a""#).unwrap();
+        assert_eq!(one.data.dir, vec![PathBuf::from("a")]);
+        assert!(one.to_toml().contains("dir = \"a\"\n"), "{}", one.to_toml());
+        let two = parse(r#"dir = ["a", "b/messages"]"#).unwrap();
+        assert_eq!(two.data.dir, vec![PathBuf::from("a"), PathBuf::from("b/messages")]);
+        assert_eq!(two.data.dirs_display(), "`a`, `b/messages`");
+        assert_eq!(Recipe::from_toml(&two.to_toml(), Path::new("resolved.toml")).unwrap(), two);
+        for bad in ["dir = []", "dir = 3"] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(error.contains("r.toml") && error.contains("dir"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -377,25 +377,31 @@ pub fn train(
     let mut model = Model::new(&base.config, &base.weights, &weights_path, BuildOptions { lora, seed: run.seed }, &device)?;
     drop(std::mem::take(&mut base.weights));
 
-    // Data.
+    // Data: the examples of every folder of `[data] dir`, in the order given.
+    let dirs = &recipe.data.dir;
     let tokenizer = ChatTokenizer::from_dir(&base.tokenizer_dir)?;
     let load = |name: &str| -> Result<(Vec<TokenizedExample>, DataStats)> {
-        let path = recipe.data.dir.join(name);
-        tokenizer.tokenize_all(&read_examples(&path)?, recipe.data.max_seq_len)
+        let mut examples = Vec::new();
+        for dir in dirs {
+            examples.extend(read_examples(&dir.join(name))?);
+        }
+        tokenizer.tokenize_all(&examples, recipe.data.max_seq_len)
     };
     // The template the examples were rendered from travels into the exported checkpoint, so that
     // inference asks the student exactly as it was trained.
-    let prompt_path = recipe.data.dir.join(TRAINED_PROMPT_FILE);
-    let prompt = match std::fs::read_to_string(&prompt_path) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            warn!(path = %prompt_path.display(), "the data has no prompt template: the model will be asked with prompts/extract.j2");
-            None
+    let prompt = same_in_every_folder(dirs, TRAINED_PROMPT_FILE, |dir| {
+        let path = dir.join(TRAINED_PROMPT_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&path, e)),
         }
-        Err(e) => return Err(Error::io(&prompt_path, e)),
-    };
+    })?;
+    if prompt.is_none() {
+        warn!(data = %recipe.data.dirs_display(), "the data has no prompt template: the model will be asked with prompts/extract.j2");
+    }
     // So does the window the examples were cut into: inference asks in windows of that shape.
-    let window = TrainedWindow::read(&recipe.data.dir)?;
+    let window = same_in_every_folder(dirs, TRAINED_WINDOW_FILE, |dir| Ok(TrainedWindow::read(dir)?))?;
     // Writes the data's prompt and window beside an export.
     let carry = |dir: &Path| -> Result<()> {
         if let Some(prompt) = &prompt {
@@ -409,7 +415,7 @@ pub fn train(
     let (train_set, train_stats) = load("train.jsonl")?;
     let (valid_set, valid_stats) = load("valid.jsonl")?;
     if train_set.is_empty() {
-        return Err(Error::invalid(recipe.data.dir.join("train.jsonl"), "no usable training example"));
+        return Err(Error::invalid(dirs[0].join("train.jsonl"), format!("no usable training example in {}", recipe.data.dirs_display())));
     }
     let plan = |set: &[TokenizedExample]| {
         if recipe.data.packing { pack_batches(set, recipe.data.max_seq_len, run.batch_size) } else { bucket_batches(set, run.batch_size) }
@@ -418,7 +424,7 @@ pub fn train(
     let targets_per_step = targets_per_step(&train_set, batches.len(), run.grad_accum);
     if resume_from.is_some() && state.batches_per_epoch != batches.len() {
         return Err(Error::invalid(
-            &recipe.data.dir,
+            &dirs[0],
             format!("the checkpoint was written with {} batches per epoch, the data now gives {}", state.batches_per_epoch, batches.len()),
         ));
     }
@@ -656,13 +662,29 @@ fn model_card(
     });
     format!(
         "# memkit student model\n\nFine-tuned by `memkit train` from {base} with {method} for {} steps on {} examples \
-         ({} assistant tokens) from `{}`. {prompt}\n\nResult: {eval}.{best}\n\nThe recipe is in `recipe.toml`; per-step metrics \
+         ({} assistant tokens) from {}. {prompt}\n\nResult: {eval}.{best}\n\nThe recipe is in `recipe.toml`; per-step metrics \
          in `metrics.jsonl`.\n",
         plan.total_steps,
         plan.train.examples,
         plan.train.target_tokens,
-        recipe.data.dir.display()
+        recipe.data.dirs_display()
     )
+}
+
+/// What `read` finds in each folder of `[data] dir` (a prompt template, a window), which must be
+/// the same in all of them, since the model is asked one way: an error names the first folder
+/// whose `file` differs from the first folder's.
+fn same_in_every_folder<T: PartialEq>(dirs: &[PathBuf], file: &str, read: impl Fn(&Path) -> Result<T>) -> Result<T> {
+    let first = read(&dirs[0])?;
+    for dir in &dirs[1..] {
+        if read(dir)? != first {
+            return Err(Error::invalid(
+                dir.join(file),
+                format!("differs from {}: the folders of [data] dir are trained on together and must agree", dirs[0].join(file).display()),
+            ));
+        }
+    }
+    Ok(first)
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ fn the_data_prompt_and_window_travel_to_the_checkpoint_the_gguf_and_the_extracto
     std::fs::write(data.path().join(TRAINED_WINDOW_FILE), window.to_json()).unwrap();
     let run = tempfile::tempdir().unwrap();
     let mut recipe = smoke_recipe(run.path());
-    recipe.data.dir = data.path().to_path_buf();
+    recipe.data.dir = vec![data.path().to_path_buf()];
     recipe.run.max_steps = Some(1);
     assert!(train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap().finished);
     assert_eq!(std::fs::read_to_string(run.path().join(TRAINED_PROMPT_FILE)).unwrap(), template);
@@ -237,6 +237,42 @@ fn the_data_prompt_and_window_travel_to_the_checkpoint_the_gguf_and_the_extracto
     let options = EngineOptions { n_ctx: 512, n_threads: 1, ..EngineOptions::default() };
     let extractor = LocalExtractor::new(LlamaEngine::load(&gguf, options).unwrap(), ExtractConfig::default()).unwrap();
     assert_eq!(extractor.trained_prompt(), Some(template));
+}
+
+/// `[data] dir` with two folders: their examples are trained on together (the card counts both
+/// and names both folders), and folders whose windows differ are an error naming the one that
+/// differs, before any step.
+#[test]
+fn several_data_folders_are_trained_on_together_and_must_agree() {
+    use memkit_prompt::{PromptName, TRAINED_PROMPT_FILE, TRAINED_WINDOW_FILE, TrainedWindow};
+
+    let folder = |window: TrainedWindow| {
+        let data = tempfile::tempdir().unwrap();
+        for file in ["train.jsonl", "valid.jsonl"] {
+            std::fs::copy(common::fixtures().join(file), data.path().join(file)).unwrap();
+        }
+        std::fs::write(data.path().join(TRAINED_PROMPT_FILE), PromptName::Student.embedded_source()).unwrap();
+        std::fs::write(data.path().join(TRAINED_WINDOW_FILE), window.to_json()).unwrap();
+        data
+    };
+    let examples =
+        std::fs::read_to_string(common::fixtures().join("train.jsonl")).unwrap().lines().filter(|l| !l.trim().is_empty()).count();
+    let (a, b) = (folder(TrainedWindow { size: 2, overlap: 1 }), folder(TrainedWindow { size: 2, overlap: 1 }));
+    let run = tempfile::tempdir().unwrap();
+    let mut recipe = smoke_recipe(run.path());
+    recipe.data.dir = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+    recipe.run.max_steps = Some(1);
+    assert!(train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap().finished);
+    let card = std::fs::read_to_string(run.path().join("README.md")).unwrap();
+    assert!(card.contains(&format!("on {} examples", 2 * examples)), "{card}");
+    assert!(card.contains(&format!("`{}`, `{}`", a.path().display(), b.path().display())), "{card}");
+
+    let other = folder(TrainedWindow { size: 3, overlap: 1 });
+    let run = tempfile::tempdir().unwrap();
+    let mut recipe = smoke_recipe(run.path());
+    recipe.data.dir = vec![a.path().to_path_buf(), other.path().to_path_buf()];
+    let error = train(&recipe, &smoke_path(), &TrainOptions::default(), &cpu_device(), &SilentReporter).unwrap_err().to_string();
+    assert!(error.contains(&other.path().join(TRAINED_WINDOW_FILE).display().to_string()) && error.contains("differs from"), "{error}");
 }
 
 /// A scorer that reads the export it is given: the score peaks at step 8 of the smoke run's

@@ -71,8 +71,11 @@ pub fn run(args: Args, bars: &Bars) -> anyhow::Result<()> {
     }
     let scorer = match &recipe.score {
         Some(spec) if spec.windows > 0 => {
-            let rows = super::compare::read_rows(&recipe.data.dir.join("valid.jsonl"), Some(spec.windows))
-                .context("scoring needs held-out windows")?;
+            let mut held_out = Vec::new();
+            for dir in &recipe.data.dir {
+                held_out.push(super::compare::read_rows(&dir.join("valid.jsonl"), None).context("scoring needs held-out windows")?);
+            }
+            let rows = in_turn(held_out, spec.windows);
             let generation = super::GenerationArgs {
                 max_memories: spec.max_memories,
                 max_tokens: spec.max_tokens,
@@ -240,4 +243,39 @@ fn learning_curve(metrics: &Path) -> anyhow::Result<Option<String>> {
         ("validation token accuracy".to_owned(), series("eval", &["accuracy"])),
     ];
     Ok(Some(memkit_eval::plot::lines(&lines, "learning curve", "optimiser step", "share").map_err(anyhow::Error::msg)?))
+}
+
+/// The first `n` items taken from the lists in turn: the first of each, then the second of each,
+/// and so on, skipping lists that ran out.
+fn in_turn<T>(lists: Vec<Vec<T>>, n: usize) -> Vec<T> {
+    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let before = out.len();
+        for item in iters.iter_mut().filter_map(Iterator::next) {
+            if out.len() < n {
+                out.push(item);
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_turn;
+
+    /// Two data folders, the second with one held-out row: its row comes second, then the rest
+    /// of the first folder's; one folder gives its first rows, as before.
+    #[test]
+    fn held_out_rows_are_taken_from_the_folders_in_turn() {
+        let lists = || vec![vec!["a1", "a2", "a3"], vec!["b1"]];
+        assert_eq!(in_turn(lists(), 3), ["a1", "b1", "a2"]);
+        assert_eq!(in_turn(lists(), 10), ["a1", "b1", "a2", "a3"]);
+        assert_eq!(in_turn(vec![vec![1, 2, 3]], 2), [1, 2]);
+        assert!(in_turn(lists(), 0).is_empty());
+    }
 }

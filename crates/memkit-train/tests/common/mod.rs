@@ -23,7 +23,7 @@ pub fn smoke_recipe(out_dir: &Path) -> Recipe {
     if let ModelSource::Random { tokenizer, .. } = &mut recipe.model {
         *tokenizer = fixtures();
     }
-    recipe.data.dir = fixtures();
+    recipe.data.dir = vec![fixtures()];
     recipe.run.out_dir = out_dir.to_path_buf();
     recipe
 }
