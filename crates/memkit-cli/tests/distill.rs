@@ -222,16 +222,22 @@ fn teacher_url_points_the_same_recipe_at_memkit_serve() {
     assert!(stats.contains("--teacher-url") && stats.contains("| · labelled by `openai:"), "{stats}");
 }
 
+/// A recipe `name` in `dir` drawing one window from `corpus` (a `[corpus.<source>]` section) for
+/// a served teacher at a port nothing listens on: for runs that must fail before asking it.
+fn served_recipe(dir: &std::path::Path, name: &str, corpus: &str) -> std::path::PathBuf {
+    let recipe = dir.join(name);
+    let text = format!(
+        "name = \"t\"\n[corpus]\nwindows = 1\n{corpus}\n\
+         [teacher]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n"
+    );
+    std::fs::write(&recipe, text).unwrap();
+    recipe
+}
+
 #[test]
 fn threads_is_for_local_teachers_and_at_least_one() {
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("served.toml");
-    std::fs::write(
-        &recipe,
-        "name = \"t\"\n[corpus]\nwindows = 1\n[corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"\n\
-         [teacher]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
-    )
-    .unwrap();
+    let recipe = served_recipe(dir.path(), "served.toml", "[corpus.memorybank]\npath = \"memorybank/memory_bank_en.json\"");
     let distill = |threads: &str| {
         Command::new(env!("CARGO_BIN_EXE_memkit"))
             .args(["--no-progress", "distill", "--recipe"])
@@ -254,13 +260,7 @@ fn threads_is_for_local_teachers_and_at_least_one() {
 #[test]
 fn a_missing_packaged_dataset_names_the_recipe_and_the_fetch_command() {
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("chitchat.toml");
-    std::fs::write(
-        &recipe,
-        "name = \"t\"\n[corpus]\nwindows = 1\n[corpus.chitchat]\n\
-         [teacher]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
-    )
-    .unwrap();
+    let recipe = served_recipe(dir.path(), "chitchat.toml", "[corpus.chitchat]");
     let out = Command::new(env!("CARGO_BIN_EXE_memkit"))
         .args(["--no-progress", "distill", "--recipe"])
         .arg(&recipe)

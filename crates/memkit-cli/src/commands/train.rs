@@ -251,16 +251,13 @@ fn in_turn<T>(lists: Vec<Vec<T>>, n: usize) -> Vec<T> {
     let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
     let mut out = Vec::new();
     while out.len() < n {
-        let before = out.len();
-        for item in iters.iter_mut().filter_map(Iterator::next) {
-            if out.len() < n {
-                out.push(item);
-            }
-        }
-        if out.len() == before {
+        let round: Vec<T> = iters.iter_mut().filter_map(Iterator::next).collect();
+        if round.is_empty() {
             break;
         }
+        out.extend(round);
     }
+    out.truncate(n);
     out
 }
 
